@@ -1,0 +1,39 @@
+"""mobius: build HuggingFace checkpoints into ready-to-run ONNX model packages.
+
+The public surface is small: :func:`build`, :data:`hookimpl` for plugins, and the
+records and errors that cross the plugin boundary. Everything heavy (onnx,
+onnxscript) is imported lazily so that ``import mobius`` and ``mobius --help``
+stay fast.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mobius.hookspecs import HOOK_API_VERSION, hookimpl
+
+__version__ = "0.1.0"
+
+__all__ = ["HOOK_API_VERSION", "__version__", "build", "hookimpl"]
+
+if TYPE_CHECKING:
+    from mobius.build import BuildResult
+
+
+def build(
+    source: str,
+    out: str,
+    *,
+    dtype: str = "f32",
+    target: str = "default",
+    revision: str | None = None,
+    force: bool = False,
+    **kwargs: Any,
+) -> BuildResult:
+    """Build ``source`` (a folder or Hub id) into a model package at ``out``.
+
+    See :func:`mobius.build.build` for the arguments.
+    """
+    from mobius.build import build as _build
+
+    return _build(source, out, dtype=dtype, target=target, revision=revision, force=force, **kwargs)

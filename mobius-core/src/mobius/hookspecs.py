@@ -1,0 +1,199 @@
+"""The whole mobius plugin API, in one place.
+
+mobius is a pluggy host with project name and entry-point group ``mobius``. A
+model family ships as its own distribution and declares::
+
+    [project.entry-points.mobius]
+    myfamily = "myfamily_package.plugin"
+
+The module named there implements some of the hooks below with
+``@mobius.hookimpl``. Hooks are called with keyword arguments only; an
+implementation may name any subset of a hook's arguments and receives just those,
+so adding an argument to a hook never breaks an existing plugin.
+
+Two kinds of hooks:
+
+- **Broadcast** hooks (``mobius_model_types``, ``mobius_optimize_component``,
+  ``mobius_add_commands``) are called on every loaded plugin.
+- **Owner-only** hooks (config, contract, building, weights, processors, runtime
+  files) are called only on the plugin that claimed the ``model_type`` being
+  built, through :class:`mobius.plugins.PluginHost`. Two plugins claiming one
+  model type is an error naming both distributions.
+
+``mobius_open_checkpoint`` is ``firstresult``: the first plugin that recognises
+the source answers. Core registers two built-in implementations (a local folder
+and the HuggingFace Hub) that run after every external plugin.
+
+``HOOK_API_VERSION`` is the version of this API. It rises when a hook or an
+argument is added (compatible) and its major part when one is removed or renamed
+(after a deprecation window; see ``docs/plugins.md``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+    import typer
+
+    from mobius.checkpoint import Checkpoint
+    from mobius.contract import Contract
+    from mobius.records import BuildOptions, ModelTypeInfo, Processors, RuntimeFile
+    from mobius.weights import WeightPlan
+
+PROJECT = "mobius"
+HOOK_API_VERSION = "1.0"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+@hookspec
+def mobius_model_types() -> list[ModelTypeInfo]:
+    """Declare the model types this plugin builds.
+
+    Called: once on every plugin, when the plugin host is created.
+    Who answers: every family plugin; plugins that build nothing (a runtime, a
+    test harness) do not implement it.
+    Returns: a list of :class:`mobius.records.ModelTypeInfo`, one per
+    ``config.json["model_type"]`` value served. Core builds the registry
+    model_type → owning plugin from these answers and refuses a model type
+    claimed twice.
+    """
+
+
+# --------------------------------------------------------------------------- config
+
+
+@hookspec
+def mobius_read_config(model_type: str, raw: dict[str, Any]) -> Any:
+    """Turn the raw JSON of ``config.json`` into the plugin's typed config.
+
+    Called: once per build, on the owner of ``model_type`` only, after core has
+    read the file as plain JSON (never through transformers).
+    Who answers: the owning family plugin.
+    Returns: a frozen object the plugin understands; core passes it back
+    unchanged to the other owner-only hooks. Raise
+    :class:`mobius.errors.ConfigError` for values the plugin cannot build.
+    """
+
+
+# --------------------------------------------------------------------------- contracts
+
+
+@hookspec
+def mobius_pipeline_contract(config: Any, options: BuildOptions) -> Contract:
+    """Describe the package: its sub-models, their ports and the edges between them.
+
+    Called: once per build, on the owner only, before any graph is built.
+    Who answers: the owning family plugin.
+    Returns: a :class:`mobius.contract.Contract`. Core validates it against the
+    built graphs before anything is written, and stores it in the manifest; the
+    runtime executes it.
+    """
+
+
+# --------------------------------------------------------------------------- building
+
+
+@hookspec
+def mobius_build_component(config: Any, component: str, options: BuildOptions) -> ir.Model:
+    """Construct the ONNX graph of one component of the contract.
+
+    Called: once per component named in the contract, on the owner only.
+    Who answers: the owning family plugin.
+    Returns: an ``onnx_ir.Model`` whose initializers have names, dtypes and
+    shapes but no data yet (parameters are bound by the weight plan).
+    Initializers that are constants of the architecture (RoPE tables, masks)
+    may carry their data.
+    """
+
+
+@hookspec
+def mobius_optimize_component(model: ir.Model, component: str, target: str) -> ir.Model | None:
+    """Rewrite a built component for an execution-provider target.
+
+    Called: on every plugin, in registration order, after building and before
+    weights are bound; each answer is fed to the next plugin.
+    Who answers: any plugin with fusions or lowerings for ``target``
+    (``default``, ``cpu`` or ``cuda``).
+    Returns: the rewritten model, or ``None`` to leave it unchanged. A rewrite
+    must keep every contract port.
+    """
+
+
+# --------------------------------------------------------------------------- weights
+
+
+@hookspec(firstresult=True)
+def mobius_open_checkpoint(source: str, revision: str | None) -> Checkpoint | None:
+    """Open the checkpoint a user named on the command line.
+
+    Called: once per build; the first non-``None`` answer wins.
+    Who answers: core's built-ins (a local folder; a HuggingFace Hub id through
+    ``huggingface_hub.snapshot_download``) and any plugin adding another source.
+    Returns: a :class:`mobius.checkpoint.Checkpoint`, or ``None`` when the
+    source is not one this plugin recognises.
+    """
+
+
+@hookspec
+def mobius_weight_plan(
+    config: Any, component: str, checkpoint: Checkpoint, options: BuildOptions
+) -> WeightPlan:
+    """Say how each initializer of a component is made from checkpoint tensors.
+
+    Called: once per component, on the owner only, after the graph is built.
+    Who answers: the owning family plugin.
+    Returns: a :class:`mobius.weights.WeightPlan` mapping initializer names to
+    lazy tensor expressions (checkpoint tensor + cast / transpose / reshape /
+    scale / slice / concat). Nothing is read until the package is saved.
+    """
+
+
+# --------------------------------------------------------------------------- runtime
+
+
+@hookspec
+def mobius_processors(config: Any) -> Processors:
+    """Give the runtime the family's preprocessing (prompt, images, audio) in numpy.
+
+    Called: by the runtime when it loads a package, on the owner only.
+    Who answers: the owning family plugin.
+    Returns: a :class:`mobius.records.Processors`.
+    """
+
+
+@hookspec
+def mobius_runtime_files(
+    config: Any, contract: Contract, checkpoint: Checkpoint, options: BuildOptions
+) -> list[RuntimeFile]:
+    """List the files a package needs besides its graphs.
+
+    Called: once per build, on the owner only, while the package is written.
+    Who answers: the owning family plugin.
+    Returns: :class:`mobius.records.RuntimeFile` records, e.g.
+    ``genai_config.json``, tokenizer files copied from the checkpoint,
+    processor configs.
+    """
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+@hookspec
+def mobius_add_commands(app: typer.Typer) -> None:
+    """Add commands to the ``mobius`` CLI.
+
+    Called: on every plugin, once, before the CLI parses its arguments.
+    Who answers: plugins with commands (the runtime adds ``run``, the testing
+    plugin adds ``golden``). Keep the plugin module import-light: import heavy
+    libraries inside the command bodies so ``mobius --help`` stays fast.
+    Returns: nothing; call ``app.command()`` or ``app.add_typer()``.
+    """

@@ -1,0 +1,101 @@
+"""Frozen records that cross the plugin boundary.
+
+Hooks return these (never bare dicts) so that core, plugins and the runtime agree
+on field names and a typo is an AttributeError, not a silent ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DTYPES = ("f32", "f16", "bf16")
+"""Build dtypes accepted by ``mobius build --dtype``."""
+
+TARGETS = ("default", "cpu", "cuda")
+"""Build targets accepted by ``mobius build --target``."""
+
+PORT_DTYPE_OF_BUILD_DTYPE = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+"""The contract port dtype that a build dtype produces for float tensors."""
+
+
+@dataclass(frozen=True)
+class ModelTypeInfo:
+    """One model type a plugin serves (answer of ``mobius_model_types``).
+
+    ``model_type`` is the value of ``config.json["model_type"]``; ``tasks`` and
+    ``modalities`` are informational (``mobius plugins`` shows them).
+    """
+
+    model_type: str
+    tasks: tuple[str, ...] = ("text-generation",)
+    modalities: tuple[str, ...] = ("text",)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What the user asked of a build; passed to every per-model hook."""
+
+    dtype: str = "f32"
+    target: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
+
+    @property
+    def port_dtype(self) -> str:
+        """Contract dtype name of float tensors in this build (``float32`` …)."""
+        return PORT_DTYPE_OF_BUILD_DTYPE[self.dtype]
+
+
+@dataclass(frozen=True)
+class RuntimeFile:
+    """A file a plugin adds to the package beside the graphs.
+
+    Exactly one of ``content`` (bytes written as-is) or ``source`` (a file copied)
+    is set. ``path`` is relative to the package root and may not leave it.
+    """
+
+    path: str
+    content: bytes | None = None
+    source: Path | None = None
+
+    def __post_init__(self) -> None:
+        if (self.content is None) == (self.source is None):
+            raise ValueError("RuntimeFile needs exactly one of content or source")
+        p = Path(self.path)
+        if p.is_absolute() or ".." in p.parts:
+            raise ValueError(f"RuntimeFile path must stay inside the package: {self.path!r}")
+
+
+@dataclass(frozen=True)
+class Processors:
+    """A family's preprocessing, all in numpy (answer of ``mobius_processors``).
+
+    The runtime calls these; it never knows a family's token ids or image sizes.
+
+    - ``format_prompt(text, images, audio)``: the chat-formatted prompt text for a
+      user message with that many images and audio clips (placeholders included
+      but not yet expanded), or ``None`` for base models that take raw text.
+    - ``preprocess_image(images)`` / ``preprocess_audio(clips)``: arrays keyed by
+      contract port name (e.g. ``pixel_values``), plus ``num_soft_tokens``: a list
+      with one soft-token count per item.
+    - ``expand_prompt(text, image_tokens, audio_tokens)``: the prompt with each
+      media placeholder expanded to its soft-token count.
+    - ``stop_token_ids``: ids that end generation; ``bos_token_id``: prepended
+      by the tokenizer step when the formatted prompt does not contain it.
+    """
+
+    format_prompt: Callable[[str, int, int], str] | None = None
+    preprocess_image: Callable[[Sequence[Any]], Mapping[str, Any]] | None = None
+    preprocess_audio: Callable[[Sequence[Any]], Mapping[str, Any]] | None = None
+    expand_prompt: Callable[[str, Sequence[int], Sequence[int]], str] | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    bos_token_id: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
