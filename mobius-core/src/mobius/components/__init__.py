@@ -1,0 +1,54 @@
+"""Shared graph components (``onnxscript.nn.Module`` subclasses) and graph helpers.
+
+Every family plugin builds its graphs from these pieces so that numerics that are
+easy to get wrong (float32 RMSNorm accumulation, rotary layout, KV-cache layout)
+are written and tested once. Each module's docstring pins its constructor and
+``forward(op, ...)`` signature; see docs/internals.md.
+"""
+
+from __future__ import annotations
+
+from mobius.components.attention import Attention, GroupQueryAttention
+from mobius.components.dtypes import DTYPE_NAMES, dtype_name, ir_dtype, numpy_dtype
+from mobius.components.embedding import Embedding
+from mobius.components.graph import (
+    MS_DOMAIN,
+    add_input,
+    add_output,
+    constant,
+    finish_model,
+    ms_opset,
+    new_graph,
+)
+from mobius.components.linear import Linear
+from mobius.components.masks import additive_attention_mask, allowed_positions, gqa_lengths
+from mobius.components.mlp import ACTIVATIONS, GatedMLP, activation
+from mobius.components.norm import RMSNorm
+from mobius.components.rotary import RotaryEmbedding, rotary_tables
+
+__all__ = [
+    "ACTIVATIONS",
+    "DTYPE_NAMES",
+    "MS_DOMAIN",
+    "Attention",
+    "Embedding",
+    "GatedMLP",
+    "GroupQueryAttention",
+    "Linear",
+    "RMSNorm",
+    "RotaryEmbedding",
+    "activation",
+    "add_input",
+    "add_output",
+    "additive_attention_mask",
+    "allowed_positions",
+    "constant",
+    "dtype_name",
+    "finish_model",
+    "gqa_lengths",
+    "ir_dtype",
+    "ms_opset",
+    "new_graph",
+    "numpy_dtype",
+    "rotary_tables",
+]

@@ -1,0 +1,91 @@
+"""Attention masks built inside the graph from the runtime's ``attention_mask``.
+
+The runtime feeds ``attention_mask`` ``[B, T]`` (1 = real token, 0 = padding) covering
+past and current tokens. Query row ``i`` of the current step sits at cache position
+``T - S + i``; it may see key ``j`` when ``j <= T - S + i`` (causal), the key is not
+padding, and — for sliding-window layers with HF ``sliding_window`` W —
+``(T - S + i) - j < W``. Family-specific rules (bidirectional image spans, …) belong in
+the family's plugin; these helpers cover the common causal cases.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+from onnxscript import OpBuilder
+
+from mobius.components.dtypes import ir_dtype, numpy_dtype
+from mobius.components.graph import constant
+
+
+def _shared_constant(op: OpBuilder, array: np.ndarray, name: str) -> ir.Value:
+    """A graph-wide constant named ``name``, created on first use and reused afterwards."""
+    existing = op.builder.root.graph.initializers.get(name)
+    if existing is not None:
+        return existing
+    return constant(op, array, name, qualify=False)
+
+
+def _dim(op: OpBuilder, x: ir.Value, axis: int) -> ir.Value:
+    """Scalar int64 size of ``x`` along ``axis``."""
+    return op.Squeeze(op.Shape(x, start=axis, end=axis + 1), [0])
+
+
+def allowed_positions(
+    op: OpBuilder,
+    attention_mask: ir.Value,
+    query: ir.Value,
+    *,
+    sliding_window: int | None = None,
+) -> ir.Value:
+    """Bool ``[B, 1, S, T]``: True where query ``i`` may attend key ``j``.
+
+    ``attention_mask`` int ``[B, T]``; ``query`` is any value whose axis 1 is the current
+    step length ``S`` (``input_ids`` or hidden states).
+    """
+    total = _dim(op, attention_mask, 1)
+    steps = _dim(op, query, 1)
+    kv_idx = op.Range(0, total, 1)  # [T]
+    q_idx = op.Range(op.Sub(total, steps), total, 1)  # [S]
+    q_col = op.Unsqueeze(q_idx, [1])  # [S, 1]
+    kv_row = op.Unsqueeze(kv_idx, [0])  # [1, T]
+    allowed = op.LessOrEqual(kv_row, q_col)  # [S, T]
+    if sliding_window is not None:
+        allowed = op.And(allowed, op.Greater(kv_row, op.Sub(q_col, int(sliding_window))))
+    keep = op.Unsqueeze(op.Cast(attention_mask, to=ir.DataType.BOOL), [1, 2])  # [B, 1, 1, T]
+    return op.And(op.Unsqueeze(allowed, [0, 1]), keep)
+
+
+def additive_attention_mask(
+    op: OpBuilder,
+    attention_mask: ir.Value,
+    query: ir.Value,
+    *,
+    sliding_window: int | None = None,
+    dtype: str | ir.DataType = "float32",
+) -> ir.Value:
+    """Additive float mask ``[B, 1, S, T]`` in ``dtype``: 0 where allowed, dtype's min elsewhere.
+
+    The most negative finite value (not -inf) keeps fully padded query rows finite.
+    Feed it to :class:`mobius.components.Attention` as ``mask``.
+    """
+    np_dtype = numpy_dtype(dtype)
+    name = f"mask_fill_{ir_dtype(dtype).name.lower()}"
+    zero = _shared_constant(op, np.zeros((), dtype=np_dtype), f"{name}_zero")
+    low = np.array(ml_dtypes.finfo(np_dtype).min, dtype=np_dtype)
+    fill = _shared_constant(op, low, f"{name}_min")
+    allowed = allowed_positions(op, attention_mask, query, sliding_window=sliding_window)
+    return op.Where(allowed, zero, fill)
+
+
+def gqa_lengths(op: OpBuilder, attention_mask: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """``(seqlens_k, total_sequence_length)`` for GroupQueryAttention from ``attention_mask``.
+
+    ``seqlens_k`` int32 ``[B]`` = number of ones per row − 1; ``total_sequence_length``
+    int32 scalar = ``T``. (GroupQueryAttention assumes right padding.)
+    """
+    ones = op.ReduceSum(op.Cast(attention_mask, to=ir.DataType.INT64), [1], keepdims=0)
+    seqlens_k = op.Cast(op.Sub(ones, 1), to=ir.DataType.INT32)
+    total = op.Cast(_dim(op, attention_mask, 1), to=ir.DataType.INT32)
+    return seqlens_k, total
