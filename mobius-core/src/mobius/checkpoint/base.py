@@ -1,0 +1,116 @@
+"""The :class:`Checkpoint` a build reads weights from, and where it came from.
+
+A checkpoint is always a folder on disk by the time mobius sees it (a Hub snapshot
+is a folder in the HuggingFace cache), so one class serves every source; the
+openers in :mod:`mobius.checkpoint.local` and :mod:`mobius.checkpoint.hub` only
+differ in how they find the folder and what they record in :class:`SourceInfo`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from mobius.checkpoint.safetensors import TensorInfo, read_tensor
+from mobius.errors import CheckpointError
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """Provenance of a checkpoint, stored in the package manifest."""
+
+    source: str
+    """What the user typed: a folder path or a Hub id."""
+    kind: str
+    """``"local"`` or ``"hub"`` (plugins adding sources pick their own word)."""
+    revision: str | None
+    """The revision the user asked for (Hub only)."""
+    commit: str | None
+    """The resolved Hub commit; ``None`` for local folders."""
+    files: Mapping[str, str] = field(default_factory=dict)
+    """Relative file name -> sha256 hex of config, tokenizer and weight files."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON form for the manifest."""
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "revision": self.revision,
+            "commit": self.commit,
+            "files": dict(sorted(self.files.items())),
+        }
+
+
+class Checkpoint:
+    """Tensors (from safetensors headers) and side files of one checkpoint folder.
+
+    Nothing is read from the weights until :meth:`read` is called, and then only
+    by memory map. A checkpoint may hold zero tensors (a folder with only
+    ``config.json``, for graph-only builds); :meth:`require_weights` turns that
+    into an error saying why, for builds that need weights.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        source: SourceInfo,
+        raw_config: dict[str, Any],
+        tensors: Mapping[str, TensorInfo],
+        *,
+        no_weights_reason: str | None = None,
+        no_weights_fix: str | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.source = source
+        self.raw_config = raw_config
+        self.tensors: Mapping[str, TensorInfo] = MappingProxyType(dict(tensors))
+        self._no_weights_reason = no_weights_reason
+        self._no_weights_fix = no_weights_fix
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({str(self.root)!r}, kind={self.source.kind!r}, {len(self.tensors)} tensors)"
+
+    @property
+    def has_weights(self) -> bool:
+        """Whether any tensor was found."""
+        return bool(self.tensors)
+
+    def require_weights(self) -> None:
+        """Raise :class:`CheckpointError` (saying why) when the checkpoint has no tensors."""
+        if self.tensors:
+            return
+        raise CheckpointError(
+            self._no_weights_reason or "the checkpoint has no safetensors weights",
+            where=str(self.root),
+            fix=self._no_weights_fix
+            or "put model.safetensors (or shards with model.safetensors.index.json) "
+            "beside config.json, or build the graph only",
+        )
+
+    def info(self, name: str) -> TensorInfo:
+        """Header information of tensor ``name``; CheckpointError if it does not exist."""
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise CheckpointError(
+                f"tensor {name!r} is not in the checkpoint",
+                where=str(self.root),
+                fix="check the tensor name in the weight plan against the safetensors headers",
+            ) from None
+
+    def read(self, name: str) -> np.ndarray:
+        """A read-only memory-mapped view of tensor ``name`` (BF16 as ml_dtypes.bfloat16)."""
+        return read_tensor(self.info(name))
+
+    def file(self, relative: str) -> Path | None:
+        """Path of a side file such as ``tokenizer.json`` inside the checkpoint, or None."""
+        rel = PurePosixPath(relative.replace("\\", "/"))
+        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            return None
+        path = self.root.joinpath(*rel.parts)
+        return path if path.is_file() else None

@@ -1,0 +1,48 @@
+"""Core's built-in ``mobius_open_checkpoint`` implementations: a local folder, then the Hub.
+
+This module is itself the plugin object :class:`mobius.plugins.PluginHost`
+registers. Both implementations are ``trylast`` so that any external plugin
+adding a source answers first; between the two, pluggy calls the one registered
+first first, and it registers them in ``dir()`` (alphabetical) order, which puts
+``open_checkpoint_from_folder`` before ``open_checkpoint_from_hub``: an existing
+folder always wins over a Hub id of the same spelling.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mobius.checkpoint.base import Checkpoint
+from mobius.checkpoint.hub import looks_like_repo_id, open_hub
+from mobius.checkpoint.local import open_local
+from mobius.errors import CheckpointError
+from mobius.hookspecs import hookimpl
+
+
+@hookimpl(specname="mobius_open_checkpoint", trylast=True)
+def open_checkpoint_from_folder(source: str, revision: str | None) -> Checkpoint | None:
+    """Answer when ``source`` is an existing folder; refuse an existing plain file."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        if revision is not None:
+            raise CheckpointError(
+                f"--revision {revision!r} was given for a local folder",
+                where=str(path),
+                fix="drop --revision (it selects a Hub commit), or pass a Hub id",
+            )
+        return open_local(path, source=source)
+    if path.exists():
+        raise CheckpointError(
+            "checkpoint source is a file, not a folder",
+            where=str(path),
+            fix="pass the folder that holds config.json and the *.safetensors files",
+        )
+    return None
+
+
+@hookimpl(specname="mobius_open_checkpoint", trylast=True)
+def open_checkpoint_from_hub(source: str, revision: str | None) -> Checkpoint | None:
+    """Answer when ``source`` looks like a Hub id ``owner/name`` and is no local path."""
+    if Path(source).expanduser().exists() or not looks_like_repo_id(source):
+        return None
+    return open_hub(source, revision)

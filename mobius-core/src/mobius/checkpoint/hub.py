@@ -1,0 +1,113 @@
+"""Open a checkpoint from the HuggingFace Hub through ``huggingface_hub``.
+
+``snapshot_download`` with allow patterns fetches only what a build reads (config,
+safetensors, tokenizer and processor files — never pickle weights) into the
+shared HF cache, honours ``HF_HUB_OFFLINE`` and returns the snapshot folder, whose
+name is the resolved commit. ``huggingface_hub`` is imported lazily so that
+``mobius --help`` and local builds never pay for it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from mobius.checkpoint.base import Checkpoint, SourceInfo
+from mobius.checkpoint.local import open_folder
+from mobius.errors import CheckpointError
+
+ALLOW_PATTERNS = (
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "processor_config.json",
+    "preprocessor_config.json",
+)
+"""Files fetched from a Hub repository; everything else (pickles, ONNX, GGUF) is skipped."""
+
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+_REPO_ID = re.compile(rf"{_NAME}/{_NAME}")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def looks_like_repo_id(source: str) -> bool:
+    """Whether ``source`` has the shape of a Hub id ``owner/name`` (no network call)."""
+    return bool(_REPO_ID.fullmatch(source)) and ".." not in source and "--" not in source
+
+
+def open_hub(
+    repo_id: str, revision: str | None = None, *, require_weights: bool = False
+) -> Checkpoint:
+    """Download (or find in the HF cache) a Hub snapshot and open it as a checkpoint."""
+    if not looks_like_repo_id(repo_id):
+        raise CheckpointError(
+            f"{repo_id!r} is not a HuggingFace Hub id",
+            where=repo_id,
+            fix="use owner/name (e.g. google/gemma-4-E2B-it) or a local folder path",
+        )
+    folder = _snapshot(repo_id, revision)
+    commit = folder.name if _COMMIT.fullmatch(folder.name) else None
+    info = SourceInfo(source=repo_id, kind="hub", revision=revision, commit=commit)
+    return open_folder(folder, info, require_weights=require_weights, trust_blob_names=True)
+
+
+def _snapshot(repo_id: str, revision: str | None) -> Path:
+    import huggingface_hub
+    from huggingface_hub import errors
+
+    where = f"{repo_id}@{revision}" if revision else repo_id
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    try:
+        path = huggingface_hub.snapshot_download(
+            repo_id, revision=revision, allow_patterns=list(ALLOW_PATTERNS)
+        )
+    except errors.GatedRepoError as exc:
+        raise CheckpointError(
+            "the Hub repository is gated: you must accept its terms and be logged in",
+            where=where,
+            fix=f"accept the license on https://huggingface.co/{repo_id}, then `hf auth login` "
+            "(or set HF_TOKEN)",
+        ) from exc
+    except errors.RepositoryNotFoundError as exc:
+        raise CheckpointError(
+            "the Hub repository does not exist or is private",
+            where=where,
+            fix="check the id's spelling; for a private repository log in with `hf auth login` "
+            "(or set HF_TOKEN)",
+        ) from exc
+    except errors.RevisionNotFoundError as exc:
+        raise CheckpointError(
+            f"revision {revision!r} does not exist in the Hub repository",
+            where=where,
+            fix="pass an existing branch, tag or commit with --revision",
+        ) from exc
+    except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled) as exc:
+        if offline:
+            what = "HF_HUB_OFFLINE is set and the checkpoint is not in the local HF cache"
+            fix = "unset HF_HUB_OFFLINE to download it, or pass a local checkpoint folder"
+        else:
+            what = "cannot reach the HuggingFace Hub and the checkpoint is not in the local cache"
+            fix = "check the network connection (or proxy settings), or pass a local folder"
+        raise CheckpointError(f"{what} ({exc})", where=where, fix=fix) from exc
+    except errors.HfHubHTTPError as exc:
+        raise CheckpointError(
+            f"the HuggingFace Hub refused the download: {exc}",
+            where=where,
+            fix="retry later; if it persists check the id, the revision and your token",
+        ) from exc
+    except OSError as exc:
+        # Network failures (httpx / requests) and disk errors while writing the cache.
+        raise CheckpointError(
+            f"downloading from the HuggingFace Hub failed: {exc}",
+            where=where,
+            fix="check the network connection and free disk space in the HF cache "
+            "(HF_HOME), or pass a local checkpoint folder",
+        ) from exc
+    return Path(path)

@@ -1,0 +1,252 @@
+"""A strict safetensors header reader and memory-mapped tensor views.
+
+Why our own reader instead of ``safetensors.safe_open``: a build needs the names,
+dtypes and shapes of every tensor long before any data is read (to check a weight
+plan against the graph), and a broken file must fail with a message that names
+the file and the tensor and says what to do. The format is small: an 8-byte
+little-endian header length, a JSON header, then the data section; offsets in the
+header are relative to the data section.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from mobius.errors import SafetensorsError
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+"""Headers larger than this are treated as corrupt (real ones are a few MB at most)."""
+
+DTYPE_SIZES: dict[str, int] = {
+    "BF16": 2,
+    "F16": 2,
+    "F32": 4,
+    "F64": 8,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
+"""Bytes per element of each safetensors dtype code mobius reads."""
+
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "F16": np.dtype("<f2"),
+    "F32": np.dtype("<f4"),
+    "F64": np.dtype("<f8"),
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"),
+    "U8": np.dtype("u1"),
+    "BOOL": np.dtype(np.bool_),
+}
+"""numpy dtype a tensor of each safetensors dtype code is viewed as."""
+
+DTYPE_NAMES: dict[str, str] = {
+    "BF16": "bfloat16",
+    "F16": "float16",
+    "F32": "float32",
+    "F64": "float64",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
+"""mobius dtype name (the weight-plan / contract vocabulary) of each safetensors code."""
+
+_FIX_DAMAGED = (
+    "the file is damaged or was not written by a safetensors writer: re-download it "
+    "(e.g. `hf download REPO --force-download`) or re-save it with "
+    "safetensors.torch.save_file / save_pretrained(safe_serialization=True)"
+)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where one tensor lives in a safetensors file; read from the header only."""
+
+    name: str
+    dtype: str
+    """safetensors dtype code: ``BF16``, ``F16``, ``F32``, ``F64``, ``I64``, ``I32``, …"""
+    shape: tuple[int, ...]
+    file: Path
+    """Absolute path of the file holding the tensor."""
+    start: int
+    """Absolute byte offset of the first data byte in :attr:`file`."""
+    end: int
+    """Absolute byte offset one past the last data byte."""
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the tensor's data in bytes."""
+        return self.end - self.start
+
+    @property
+    def dtype_name(self) -> str:
+        """The mobius dtype name (``float32``, ``bfloat16``, …) of this tensor."""
+        return DTYPE_NAMES[self.dtype]
+
+
+def _error(path: Path, what: str, tensor: str | None = None) -> SafetensorsError:
+    where = str(path) if tensor is None else f"{path}, tensor {tensor!r}"
+    return SafetensorsError(what, where=where, fix=_FIX_DAMAGED)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def read_safetensors_header(path: str | os.PathLike[str]) -> list[TensorInfo]:
+    """List the tensors of a safetensors file without reading their data.
+
+    Validates strictly (lengths, JSON, dtypes, shapes, offsets, overlaps, sizes);
+    any problem is a :class:`~mobius.errors.SafetensorsError` naming the file and,
+    where there is one, the tensor. Tensors come back in file (offset) order.
+    """
+    path = Path(path).absolute()
+    try:
+        file_size = path.stat().st_size
+        with path.open("rb") as f:
+            prefix = f.read(8)
+            if len(prefix) < 8:
+                raise _error(path, f"file is {file_size} bytes, too short for a safetensors header")
+            header_len = int.from_bytes(prefix, "little")
+            if header_len > MAX_HEADER_BYTES:
+                raise _error(
+                    path,
+                    f"header length {header_len} bytes is absurd (limit {MAX_HEADER_BYTES})",
+                )
+            if 8 + header_len > file_size:
+                raise _error(
+                    path,
+                    f"header length {header_len} bytes runs past the end of the "
+                    f"{file_size}-byte file (truncated download?)",
+                )
+            raw = f.read(header_len)
+    except OSError as exc:
+        raise SafetensorsError(
+            f"cannot read safetensors file: {exc.strerror or exc}",
+            where=str(path),
+            fix="check that the file exists and is readable",
+        ) from exc
+
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _error(path, f"header is not valid UTF-8 JSON ({exc})") from exc
+    if not isinstance(header, dict):
+        raise _error(path, f"header is a JSON {type(header).__name__}, expected an object")
+
+    data_start = 8 + header_len
+    data_len = file_size - data_start
+    infos: list[TensorInfo] = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            _check_metadata(path, entry)
+            continue
+        infos.append(_parse_entry(path, name, entry, data_start, data_len))
+
+    infos.sort(key=lambda t: (t.start, t.end))
+    previous: TensorInfo | None = None
+    for info in infos:
+        if info.start == info.end:
+            continue  # empty tensors occupy no bytes and cannot overlap
+        if previous is not None and info.start < previous.end:
+            raise _error(
+                path,
+                f"data overlaps tensor {previous.name!r} "
+                f"(bytes {info.start}..{info.end} vs {previous.start}..{previous.end})",
+                info.name,
+            )
+        previous = info
+    return infos
+
+
+def _check_metadata(path: Path, entry: Any) -> None:
+    if not isinstance(entry, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in entry.items()
+    ):
+        raise _error(path, "__metadata__ must be an object of string to string", "__metadata__")
+
+
+def _parse_entry(path: Path, name: str, entry: Any, data_start: int, data_len: int) -> TensorInfo:
+    if not isinstance(entry, dict):
+        raise _error(path, f"header entry is a {type(entry).__name__}, expected an object", name)
+    for key in ("dtype", "shape", "data_offsets"):
+        if key not in entry:
+            raise _error(path, f"header entry has no {key!r}", name)
+    dtype = entry["dtype"]
+    if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
+        raise _error(
+            path,
+            f"unsupported dtype {dtype!r} (mobius reads {', '.join(DTYPE_SIZES)})",
+            name,
+        )
+    shape = entry["shape"]
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise _error(path, f"shape {shape!r} is not a list of non-negative integers", name)
+    offsets = entry["data_offsets"]
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets):
+        raise _error(path, f"data_offsets {offsets!r} is not a pair of integers", name)
+    begin, end = offsets
+    if begin < 0 or begin > end:
+        raise _error(path, f"data_offsets {offsets} are not 0 <= begin <= end", name)
+    if end > data_len:
+        raise _error(
+            path,
+            f"data_offsets end {end} is past the end of the {data_len}-byte data section "
+            "(truncated file?)",
+            name,
+        )
+    # Python ints: a hostile shape cannot overflow this product.
+    expected = DTYPE_SIZES[dtype] * math.prod(shape)
+    if end - begin != expected:
+        raise _error(
+            path,
+            f"holds {end - begin} bytes but {dtype} {tuple(shape)} needs {expected}",
+            name,
+        )
+    return TensorInfo(
+        name=name,
+        dtype=dtype,
+        shape=tuple(shape),
+        file=path,
+        start=data_start + begin,
+        end=data_start + end,
+    )
+
+
+def read_tensor(info: TensorInfo) -> np.ndarray:
+    """A read-only, memory-mapped numpy view of exactly one tensor's bytes.
+
+    Nothing is copied: pages are read from disk when the array is touched, and
+    the mapping closes when the last reference to the array goes away.
+    """
+    dtype = NUMPY_DTYPES[info.dtype]
+    count = math.prod(info.shape)
+    if count == 0:
+        empty = np.empty(info.shape, dtype=dtype)
+        empty.flags.writeable = False
+        return empty
+    try:
+        mapped = np.memmap(info.file, dtype=dtype, mode="r", offset=info.start, shape=(count,))
+    except (OSError, ValueError) as exc:
+        raise SafetensorsError(
+            f"cannot memory-map tensor data: {exc}",
+            where=f"{info.file}, tensor {info.name!r}",
+            fix="the file changed or shrank since its header was read; " + _FIX_DAMAGED,
+        ) from exc
+    return mapped.reshape(info.shape)

@@ -1,0 +1,443 @@
+"""The model package format: an atomic, streamed writer, a reader and a verifier.
+
+Layout (ARCHITECTURE §4)::
+
+    OUT/
+      mobius.json               manifest (format_version, contract, components, files, ...)
+      decoder/model.onnx        graph; every initializer external
+      decoder/model.onnx.data   tensor data, each tensor 64-byte aligned
+      genai_config.json, tokenizer.json, ...   runtime files
+
+Why the writer lays out external data itself instead of ``ir.save(...,
+external_data=...)``: it materializes one lazy tensor at a time, writes it,
+hashes it and drops it before the next (peak memory near the largest tensor),
+and reports each tensor to the progress callback. Everything is written to a
+hidden sibling folder and renamed into place at the end, so a failed build never
+leaves a half package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import onnx_ir as ir
+
+from mobius.errors import ContractError, PackageError
+from mobius.records import RuntimeFile
+
+if TYPE_CHECKING:
+    from mobius.contract import Contract
+
+MANIFEST_NAME = "mobius.json"
+FORMAT_VERSION = 1
+MODEL_NAME = "model.onnx"
+DATA_NAME = "model.onnx.data"
+ALIGNMENT = 64
+"""Byte alignment of every tensor in external data (friendly to memory-mapped loads)."""
+
+_RESERVED_KEYS = ("format_version", "components", "files")
+_COMPONENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_CHUNK = 8 * 1024 * 1024
+# Tensors whose bytes numpy gives directly (no sub-byte packing).
+_NUMPY_BYTES = {
+    ir.DataType.FLOAT,
+    ir.DataType.FLOAT16,
+    ir.DataType.BFLOAT16,
+    ir.DataType.DOUBLE,
+    ir.DataType.INT64,
+    ir.DataType.INT32,
+    ir.DataType.INT16,
+    ir.DataType.INT8,
+    ir.DataType.UINT8,
+    ir.DataType.BOOL,
+}
+
+
+class _Progress(Protocol):
+    """The part of :class:`mobius.progress.BuildProgress` the writer calls."""
+
+    def component_started(self, name: str, n_tensors: int) -> None: ...
+    def tensor_written(self, component: str, name: str, nbytes: int) -> None: ...
+    def component_finished(self, name: str) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Package:
+    """A package read from disk."""
+
+    root: Path
+    manifest: dict[str, Any]
+    contract: Contract
+    components: dict[str, Path]
+    """Component name -> path of its ``model.onnx``."""
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_package(
+    out: str | os.PathLike[str],
+    *,
+    components: Mapping[str, ir.Model],
+    manifest: Mapping[str, Any],
+    runtime_files: Sequence[RuntimeFile] = (),
+    force: bool = False,
+    progress: _Progress | None = None,
+) -> Path:
+    """Write a complete package to ``out`` atomically; return its path.
+
+    ``manifest`` holds the caller's fields (model_type, task, dtype, target,
+    contract, source, versions); this adds ``format_version``, ``components``
+    ({name: {path, data, sha256, data_sha256, size (both files), model_size, data_size}})
+    and ``files``
+    ({relative path: {sha256, size}} of runtime files). The models are not
+    changed: initializers get their lazy tensors back after saving.
+    """
+    out = Path(out).absolute()
+    for key in _RESERVED_KEYS:
+        if key in manifest:
+            raise ValueError(f"manifest key {key!r} is written by write_package itself")
+    _check_out(out, force)
+    _check_names(components, runtime_files)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.mobius-tmp-", dir=out.parent))
+    try:
+        entries = {}
+        for name, model in components.items():
+            entries[name] = _write_component(tmp, name, model, progress)
+        files = {}
+        for rf in runtime_files:
+            files[rf.path] = _write_runtime_file(tmp, rf)
+        full = {
+            "format_version": FORMAT_VERSION,
+            **{k: _jsonable(v) for k, v in manifest.items()},
+            "components": entries,
+            "files": files,
+        }
+        (tmp / MANIFEST_NAME).write_text(
+            json.dumps(full, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        _move_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if progress is not None:
+        progress.message(f"package written to {out}")
+    return out
+
+
+def _check_out(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise PackageError(
+            "output path exists and is not a folder",
+            where=str(out),
+            fix="choose another output folder",
+        )
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise PackageError(
+            "output folder exists and is not empty",
+            where=str(out),
+            fix="pass --force to replace it, or choose another folder",
+        )
+
+
+def _check_names(components: Mapping[str, ir.Model], runtime_files: Sequence[RuntimeFile]) -> None:
+    if not components:
+        raise ValueError("a package needs at least one component")
+    taken = {MANIFEST_NAME}
+    for name in components:
+        if not _COMPONENT_NAME.fullmatch(name) or name in (".", ".."):
+            raise ValueError(f"component name {name!r} is not a plain folder name")
+        taken.add(name)
+    seen: set[str] = set()
+    for rf in runtime_files:
+        parts = PurePosixPath(rf.path.replace("\\", "/")).parts
+        if not parts or parts[0] in taken or rf.path in seen:
+            raise PackageError(
+                f"runtime file {rf.path!r} collides with the manifest, a component folder "
+                "or another runtime file",
+                where=rf.path,
+                fix="rename the runtime file in the plugin's mobius_runtime_files",
+            )
+        seen.add(rf.path)
+
+
+def _graph_initializers(model: ir.Model) -> list[ir.Value]:
+    values: list[ir.Value] = []
+    for graph in model.graphs():
+        values.extend(v for v in graph.initializers.values() if v.const_value is not None)
+    return values
+
+
+def _write_component(
+    tmp: Path, name: str, model: ir.Model, progress: _Progress | None
+) -> dict[str, Any]:
+    folder = tmp / name
+    folder.mkdir()
+    model_path, data_path = folder / MODEL_NAME, folder / DATA_NAME
+    values = _graph_initializers(model)
+    if progress is not None:
+        progress.component_started(name, len(values))
+    originals: list[tuple[ir.Value, Any]] = []
+    data_hash = hashlib.sha256()
+    try:
+        with data_path.open("wb") as f:
+            offset = 0
+            for value in values:
+                tensor = value.const_value
+                pad = (-offset) % ALIGNMENT
+                if pad:
+                    f.write(b"\0" * pad)
+                    data_hash.update(b"\0" * pad)
+                    offset += pad
+                nbytes = _write_tensor(f, tensor, data_hash)
+                external = ir.ExternalTensor(
+                    DATA_NAME,
+                    offset,
+                    nbytes,
+                    tensor.dtype,
+                    shape=tensor.shape,
+                    name=value.name or tensor.name or "",
+                    base_dir=folder,
+                )
+                originals.append((value, tensor))
+                value.const_value = external
+                offset += nbytes
+                if progress is not None:
+                    progress.tensor_written(name, value.name or "", nbytes)
+        ir.save(model, model_path)
+    finally:
+        for value, tensor in originals:
+            value.const_value = tensor
+    if progress is not None:
+        progress.component_finished(name)
+    model_sha, model_size = _sha256_size(model_path)
+    data_size = data_path.stat().st_size
+    return {
+        "path": f"{name}/{MODEL_NAME}",
+        "data": f"{name}/{DATA_NAME}",
+        "sha256": model_sha,
+        "data_sha256": data_hash.hexdigest(),
+        "size": model_size + data_size,
+        "model_size": model_size,
+        "data_size": data_size,
+    }
+
+
+def _write_tensor(f: IO[bytes], tensor: ir.TensorProtocol, digest: Any) -> int:
+    """Materialize one tensor, append its bytes to ``f`` and ``digest``; return its size."""
+    if tensor.dtype in _NUMPY_BYTES:
+        array = tensor.numpy()
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+        buffer = memoryview(array.reshape(-1).view(np.uint8))
+    else:
+        buffer = memoryview(tensor.tobytes())
+    f.write(buffer)
+    digest.update(buffer)
+    return buffer.nbytes
+
+
+def _write_runtime_file(tmp: Path, rf: RuntimeFile) -> dict[str, Any]:
+    dest = tmp.joinpath(*PurePosixPath(rf.path.replace("\\", "/")).parts)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if rf.content is not None:
+        dest.write_bytes(rf.content)
+    else:
+        assert rf.source is not None  # RuntimeFile guarantees exactly one
+        try:
+            shutil.copyfile(rf.source, dest)
+        except OSError as exc:
+            raise PackageError(
+                f"cannot copy runtime file: {exc.strerror or exc}",
+                where=str(rf.source),
+                fix="check that the checkpoint file exists and is readable",
+            ) from exc
+    sha, size = _sha256_size(dest)
+    return {"sha256": sha, "size": size}
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    old = out.parent / f".{out.name}.mobius-old-{uuid.uuid4().hex[:8]}"
+    os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        os.rename(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON form of manifest values (dataclasses, contracts, paths, tuples)."""
+    if hasattr(value, "to_dict") and callable(value.to_dict):
+        return _jsonable(value.to_dict())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(dataclasses.asdict(value))
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _sha256_size(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    if not root.is_dir():
+        raise PackageError(
+            "package folder does not exist",
+            where=str(root),
+            fix="pass the folder `mobius build` wrote",
+        )
+    path = root / MANIFEST_NAME
+    if not path.is_file():
+        raise PackageError(
+            f"package has no {MANIFEST_NAME}",
+            where=str(root),
+            fix="this is not a mobius package (or an unfinished one): rebuild it with mobius build",
+        )
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PackageError(
+            f"{MANIFEST_NAME} is not valid JSON ({exc})",
+            where=str(path),
+            fix="rebuild the package with mobius build",
+        ) from exc
+    if not isinstance(manifest, dict):
+        raise PackageError(
+            f"{MANIFEST_NAME} is not a JSON object", where=str(path), fix="rebuild the package"
+        )
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise PackageError(
+            f"unknown package format_version {version!r} (this mobius reads {FORMAT_VERSION})",
+            where=str(path),
+            fix="rebuild the package with this mobius, or install the mobius that wrote it",
+        )
+    components = manifest.get("components")
+    if not isinstance(components, dict) or not all(
+        isinstance(v, dict) and isinstance(v.get("path"), str) for v in components.values()
+    ):
+        raise PackageError(
+            f"{MANIFEST_NAME} has no valid components table",
+            where=str(path),
+            fix="rebuild the package with mobius build",
+        )
+    return manifest
+
+
+def _inside(root: Path, rel: str) -> Path:
+    parts = PurePosixPath(rel).parts
+    if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
+        raise PackageError(
+            f"manifest path {rel!r} leaves the package folder",
+            where=str(root / MANIFEST_NAME),
+            fix="rebuild the package; do not trust this one",
+        )
+    return root.joinpath(*parts)
+
+
+def read_package(path: str | os.PathLike[str]) -> Package:
+    """Read a package's manifest and contract; PackageError if it is not a valid package."""
+    from mobius.contract import Contract
+
+    root = Path(path).absolute()
+    manifest = _read_manifest(root)
+    components = {
+        name: _inside(root, entry["path"]) for name, entry in manifest["components"].items()
+    }
+    try:
+        contract = Contract.from_dict(manifest.get("contract") or {})
+    except (ContractError, KeyError, TypeError, ValueError) as exc:
+        reason = exc.what if isinstance(exc, ContractError) else f"{type(exc).__name__}: {exc}"
+        raise PackageError(
+            f"the contract in {MANIFEST_NAME} cannot be read ({reason})",
+            where=str(root / MANIFEST_NAME),
+            fix="rebuild the package with mobius build",
+        ) from exc
+    return Package(root=root, manifest=manifest, contract=contract, components=components)
+
+
+def verify_package(path: str | os.PathLike[str]) -> list[str]:
+    """Every problem found in a package: unreadable manifest, missing or altered files
+    (sha256 and size against the manifest), and contract violations against the graphs.
+    An empty list means the package is intact.
+    """
+    try:
+        package = read_package(path)
+    except PackageError as exc:
+        return [exc.render()]
+    root = package.root
+    problems: list[str] = []
+    checks: list[tuple[str, str | None, int | None]] = []
+    for entry in package.manifest["components"].values():
+        checks.append((entry["path"], entry.get("sha256"), entry.get("model_size")))
+        if isinstance(entry.get("data"), str):
+            checks.append((entry["data"], entry.get("data_sha256"), entry.get("data_size")))
+    for rel, entry in (package.manifest.get("files") or {}).items():
+        entry = entry if isinstance(entry, dict) else {}
+        checks.append((rel, entry.get("sha256"), entry.get("size")))
+    for rel, sha, size in checks:
+        try:
+            file = _inside(root, rel)
+        except PackageError as exc:
+            problems.append(exc.what)
+            continue
+        if not file.is_file():
+            problems.append(f"{rel}: missing")
+            continue
+        actual_sha, actual_size = _sha256_size(file)
+        if size is not None and actual_size != size:
+            problems.append(f"{rel}: size {actual_size} bytes, manifest says {size}")
+        if sha is None:
+            problems.append(f"{rel}: no sha256 in the manifest")
+        elif actual_sha != sha:
+            problems.append(f"{rel}: sha256 {actual_sha} does not match the manifest ({sha})")
+
+    graphs: dict[str, ir.Model] = {}
+    for name, model_path in package.components.items():
+        if not model_path.is_file():
+            continue  # reported above
+        try:
+            graphs[name] = ir.load(model_path)  # external data stays on disk
+        except Exception as exc:
+            problems.append(f"{name}: {model_path.name} cannot be loaded ({exc})")
+    if len(graphs) == len(package.components):
+        from mobius.contract import validate
+
+        try:
+            validate(package.contract, graphs)
+        except ContractError as exc:
+            problems.append(f"contract: {exc.what}")
+    return problems
