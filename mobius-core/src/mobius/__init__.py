@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 __all__ = ["HOOK_API_VERSION", "__version__", "build", "hookimpl"]
 
 if TYPE_CHECKING:
-    from mobius.build import BuildResult
+    from mobius.builder import BuildResult
 
 
 def build(
@@ -32,8 +32,8 @@ def build(
 ) -> BuildResult:
     """Build ``source`` (a folder or Hub id) into a model package at ``out``.
 
-    See :func:`mobius.build.build` for the arguments.
+    See :func:`mobius.builder.build` for the arguments.
     """
-    from mobius.build import build as _build
+    from mobius.builder import build as _build
 
     return _build(source, out, dtype=dtype, target=target, revision=revision, force=force, **kwargs)

@@ -1,0 +1,272 @@
+"""The build pipeline: checkpoint in, model package out (ARCHITECTURE §8).
+
+    open checkpoint (firstresult)  -> owner of config["model_type"]
+    -> mobius_read_config          -> typed config
+    -> mobius_pipeline_contract    -> components + edges
+    -> per component: build -> optimize (every plugin) -> weight plan -> bind
+    -> validate(contract, graphs)
+    -> runtime files -> write_package (atomic, streamed) -> OUT/
+
+Cheap checks run first (OUT not empty, config.json readable, a plugin owns the
+model type) so a user mistake costs nothing. Tensor data is read only while the
+package is written. Nothing appears at OUT unless the whole build succeeded:
+the package writer assembles a temporary sibling and renames it into place.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mobius.errors import CheckpointError, MobiusError, PackageError
+from mobius.progress import BuildProgress, NullProgress
+
+if TYPE_CHECKING:
+    from mobius.plugins import PluginHost
+
+log = logging.getLogger("mobius.builder")
+
+VERSIONED_LIBRARIES = ("onnx", "onnxscript", "onnx-ir")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a finished build wrote.
+
+    ``components`` maps component name to its size on disk in bytes (graph and
+    external data); ``unused`` lists checkpoint tensors no component used and no
+    plan ignored.
+    """
+
+    out: Path
+    model_type: str
+    components: Mapping[str, int]
+    n_tensors: int
+    unused: tuple[str, ...]
+    seconds: float
+
+
+def build(
+    source: str,
+    out: str | Path,
+    *,
+    dtype: str = "f32",
+    target: str = "default",
+    revision: str | None = None,
+    force: bool = False,
+    progress: BuildProgress | None = None,
+    host: PluginHost | None = None,
+) -> BuildResult:
+    """Build ``source`` (a checkpoint folder or Hub id) into a package at ``out``.
+
+    ``host`` defaults to the installed plugins; ``progress`` receives per-stage
+    messages and per-tensor writes. Raises a :class:`~mobius.errors.MobiusError`
+    subclass for anything a user can fix; OUT is untouched then.
+    """
+    from mobius.records import BuildOptions
+
+    started = time.perf_counter()
+    progress = progress or NullProgress()
+    out_path = Path(out).expanduser()
+    try:
+        options = BuildOptions(dtype=dtype, target=target)
+    except ValueError as exc:
+        from mobius.errors import BuildError
+
+        raise BuildError(
+            str(exc),
+            where="build options",
+            fix="use --dtype f32|f16|bf16, --target default|cpu|cuda",
+        ) from exc
+    refuse_existing_out(out_path, force=force)
+
+    if host is None:
+        from mobius.plugins import PluginHost
+
+        host = PluginHost.load()
+
+    # Fail fast on a local folder before any safetensors header is read.
+    if looks_local(source):
+        from mobius.config import read_config_file
+
+        model_type, _ = read_config_file(source)
+        host.owner(model_type)
+
+    progress.message(f"opening {source}")
+    checkpoint = host.open_checkpoint(source, revision)
+    if checkpoint is None:
+        raise CheckpointError(
+            f"no plugin recognises the checkpoint source {source!r}",
+            where=source,
+            fix="pass an existing local folder or a HuggingFace Hub id (org/name)",
+        )
+
+    from mobius.config import model_type_of
+
+    raw = dict(checkpoint.raw_config)
+    model_type = model_type_of(raw, where=f"{source}/config.json")
+    owner = host.owner(model_type)
+    owner_record = host.record(owner)
+    progress.message(f"model_type {model_type}: plugin {owner}")
+
+    config = host.read_config(model_type, raw)
+    contract = host.pipeline_contract(model_type, config, options)
+
+    graphs, n_tensors, unused = _build_components(
+        host, model_type, config, contract, checkpoint, options, progress
+    )
+
+    from mobius.contract import validate
+
+    progress.message("validating the pipeline contract against the graphs")
+    validate(contract, graphs)
+
+    files = host.runtime_files(model_type, config, contract, checkpoint, options)
+    manifest = {
+        "model_type": model_type,
+        "task": _task(host, model_type),
+        "dtype": options.dtype,
+        "target": options.target,
+        "contract": contract.to_dict(),
+        "source": source_to_dict(checkpoint.source),
+        "versions": versions(owner_record.distribution, owner_record.version),
+        # the raw config.json, so a runtime can rebuild the typed config for processors
+        "config": raw,
+    }
+
+    from mobius.package import write_package
+
+    written = Path(
+        write_package(
+            out_path,
+            components=graphs,
+            manifest=manifest,
+            runtime_files=files,
+            force=force,
+            progress=progress,
+        )
+    )
+    sizes = component_sizes(written)
+    return BuildResult(
+        out=written,
+        model_type=model_type,
+        components=sizes,
+        n_tensors=n_tensors,
+        unused=unused,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _build_components(
+    host: PluginHost,
+    model_type: str,
+    config: Any,
+    contract: Any,
+    checkpoint: Any,
+    options: Any,
+    progress: BuildProgress,
+) -> tuple[dict[str, Any], int, tuple[str, ...]]:
+    """Build, optimize and bind every component; return graphs, tensor count, unused names."""
+    from mobius.weights import bind
+
+    graphs: dict[str, Any] = {}
+    n_tensors = 0
+    unused: set[str] | None = None
+    ignored: dict[str, str] = {}
+    for component in contract.components:
+        name = component.name
+        progress.message(f"building {name}")
+        model = host.build_component(model_type, config, name, options)
+        model = host.optimize_component(model, name, options.target)
+        plan = host.weight_plan(model_type, config, name, checkpoint, options)
+        report = bind(model, plan, checkpoint, component=name)
+        n_tensors += report.bound
+        this_unused = set(report.unused)
+        unused = this_unused if unused is None else unused & this_unused
+        ignored.update(report.ignored)
+        graphs[name] = model
+    leftover = tuple(sorted((unused or set()) - set(ignored)))
+    for tensor, reason in sorted(ignored.items()):
+        log.info("checkpoint tensor %s not used: %s", tensor, reason)
+    if leftover:
+        shown = ", ".join(leftover[:20]) + (" …" if len(leftover) > 20 else "")
+        text = f"{len(leftover)} checkpoint tensor(s) used by no component: {shown}"
+        log.info(text)
+        progress.message(text)
+    return graphs, n_tensors, leftover
+
+
+def looks_local(source: str) -> bool:
+    """Whether ``source`` names a local path rather than a Hub id (``org/name``)."""
+    if Path(source).expanduser().exists():
+        return True
+    return source.startswith(("/", ".", "~", "\\")) or source.count("/") > 1 or "\\" in source
+
+
+def refuse_existing_out(out: Path, *, force: bool) -> None:
+    """Refuse an OUT that exists and is not an empty folder, unless ``force``."""
+    if not out.exists() or force:
+        return
+    if out.is_dir() and not any(out.iterdir()):
+        return
+    kind = "folder" if out.is_dir() else "file"
+    raise PackageError(
+        f"output {kind} already exists and is not empty: {out}",
+        where=str(out),
+        fix="choose another OUT, remove it, or pass --force to replace it",
+    )
+
+
+def source_to_dict(source: Any) -> dict[str, Any]:
+    """A :class:`~mobius.checkpoint.SourceInfo` as a JSON-ready dict."""
+    to_dict = getattr(source, "to_dict", None)
+    if callable(to_dict):
+        return dict(to_dict())
+    return {
+        "source": source.source,
+        "kind": source.kind,
+        "revision": source.revision,
+        "commit": source.commit,
+        "files": dict(source.files),
+    }
+
+
+def versions(plugin_distribution: str | None, plugin_version: str | None) -> dict[str, str]:
+    """Versions recorded in the manifest: core, the owning plugin, the ONNX libraries."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from mobius.plugins import CORE_DISTRIBUTION, core_version
+
+    out = {CORE_DISTRIBUTION: core_version()}
+    if plugin_distribution:
+        out[plugin_distribution] = plugin_version or "unknown"
+    for name in VERSIONED_LIBRARIES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def component_sizes(package: Path) -> dict[str, int]:
+    """name → bytes of each component, from the written manifest."""
+    import json
+
+    from mobius.package import MANIFEST_NAME
+
+    try:
+        manifest = json.loads((package / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # the writer just wrote it: a bug if this fails
+        raise MobiusError(
+            f"cannot read the manifest just written: {exc}", where=str(package)
+        ) from exc
+    return {name: int(entry.get("size", 0)) for name, entry in manifest["components"].items()}
+
+
+def _task(host: PluginHost, model_type: str) -> str:
+    info = host.model_type_info(model_type)
+    return info.tasks[0] if info.tasks else "text-generation"

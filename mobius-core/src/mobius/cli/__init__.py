@@ -1,0 +1,75 @@
+"""The ``mobius`` command line (typer).
+
+``import mobius.cli`` must stay cheap (``mobius --help`` never imports onnx,
+onnxscript, onnxruntime or torch): the command modules import only typer, and
+every command imports its machinery inside its body. :func:`main` loads the
+plugins, lets them add commands (``mobius_add_commands``), then runs the app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import typer
+
+from mobius.cli import cmd_build, cmd_inspect, cmd_plugins
+from mobius.cli._common import format_error, version_callback
+
+
+def make_app() -> typer.Typer:
+    """A fresh app with core's commands (tests build one per case; plugins add to it)."""
+    app = typer.Typer(
+        name="mobius",
+        help="Build HuggingFace checkpoints into ready-to-run ONNX model packages.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    @app.callback()
+    def root(
+        ctx: typer.Context,
+        version: bool = typer.Option(
+            False,
+            "--version",
+            is_eager=True,
+            callback=version_callback,
+            help="Show mobius-core's version and every plugin's, then exit.",
+        ),
+        debug: bool = typer.Option(
+            False, "--debug", help="Show tracebacks for errors (every command)."
+        ),
+    ) -> None:
+        """Build HuggingFace checkpoints into ready-to-run ONNX model packages."""
+        state = ctx.ensure_object(dict)
+        state["debug"] = debug
+
+    cmd_plugins.register(app)
+    cmd_build.register(app)
+    cmd_inspect.register(app)
+    return app
+
+
+app = make_app()
+"""Core's app, without plugin commands (``main`` builds its own and adds them)."""
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point ``mobius``: load plugins, add their commands, run."""
+    import sys
+
+    from mobius.errors import MobiusError
+    from mobius.plugins import PluginHost
+
+    args = list(argv) if argv is not None else sys.argv[1:]
+    full = make_app()
+    try:
+        host = PluginHost.load()
+    except MobiusError as exc:  # per-plugin failures are recorded; this is the host itself
+        if "--debug" in args:
+            raise
+        typer.echo(format_error(exc), err=True)
+        raise SystemExit(1) from None
+    host.add_commands(full)
+    full(args=args, prog_name="mobius", obj={"host": host})

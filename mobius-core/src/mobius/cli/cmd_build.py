@@ -1,0 +1,144 @@
+"""``mobius build SOURCE OUT``: progress on stderr, a summary on stdout."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any
+
+import typer
+
+from mobius.cli._common import DEBUG_HELP, get_host, user_errors
+
+
+class Dtype(str, Enum):
+    """Build dtypes (``mobius.records.DTYPES``)."""
+
+    f32 = "f32"
+    f16 = "f16"
+    bf16 = "bf16"
+
+
+class Target(str, Enum):
+    """Build targets (``mobius.records.TARGETS``)."""
+
+    default = "default"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class RichProgress:
+    """A :class:`mobius.progress.BuildProgress` drawing rich bars on stderr."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.console = Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("tensors"),
+            TextColumn("{task.fields[size]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+        )
+        self._tasks: dict[str, Any] = {}
+        self._bytes: dict[str, int] = {}
+        self._started = False
+
+    def __enter__(self) -> RichProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._started:
+            self.progress.stop()
+
+    def _start(self) -> None:
+        # Started on first use, so a build refused up front prints only its error.
+        if not self._started:
+            self.progress.start()
+            self._started = True
+
+    def component_started(self, name: str, n_tensors: int) -> None:
+        self._start()
+        self._bytes[name] = 0
+        self._tasks[name] = self.progress.add_task(name, total=n_tensors, size="0 B")
+
+    def tensor_written(self, component: str, name: str, nbytes: int) -> None:
+        task = self._tasks.get(component)
+        if task is None:
+            return
+        self._bytes[component] += nbytes
+        self.progress.update(task, advance=1, size=human_size(self._bytes[component]))
+
+    def component_finished(self, name: str) -> None:
+        task = self._tasks.get(name)
+        if task is not None:
+            self.progress.update(task, completed=self.progress.tasks[task].total)
+
+    def message(self, text: str) -> None:
+        self._start()
+        self.progress.console.print(f"[dim]{text}[/dim]", highlight=False)
+
+
+def human_size(n: float) -> str:
+    """Bytes in binary units, e.g. ``1.5 MiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``build`` command to ``app``."""
+
+    @app.command("build")
+    def build(
+        ctx: typer.Context,
+        source: Annotated[str, typer.Argument(help="Checkpoint folder or HuggingFace Hub id.")],
+        out: Annotated[str, typer.Argument(help="Folder to write the package to.")],
+        dtype: Annotated[Dtype, typer.Option("--dtype", help="Float dtype of the package.")] = (
+            Dtype.f32
+        ),
+        target: Annotated[Target, typer.Option("--target", help="Execution target.")] = (
+            Target.default
+        ),
+        revision: Annotated[
+            str | None, typer.Option("--revision", help="Hub revision (branch, tag, sha).")
+        ] = None,
+        force: Annotated[bool, typer.Option("--force", help="Replace a non-empty OUT.")] = False,
+        debug: Annotated[bool, typer.Option("--debug", help=DEBUG_HELP)] = False,
+    ) -> None:
+        """Build SOURCE (a checkpoint) into a model package at OUT."""
+        with user_errors(ctx, debug):
+            from mobius.builder import build as run_build
+
+            host = get_host(ctx)
+            with RichProgress() as progress:
+                result = run_build(
+                    source,
+                    out,
+                    dtype=dtype.value,
+                    target=target.value,
+                    revision=revision,
+                    force=force,
+                    progress=progress,
+                    host=host,
+                )
+            total = sum(result.components.values())
+            typer.echo(
+                f"built {result.model_type} package at {result.out} "
+                f"({result.n_tensors} tensors from the checkpoint, {human_size(total)}, {result.seconds:.1f} s)"
+            )
+            for name, size in result.components.items():
+                typer.echo(f"  {name}: {human_size(size)}")
+            if result.unused:
+                typer.echo(f"  unused checkpoint tensors: {len(result.unused)}")

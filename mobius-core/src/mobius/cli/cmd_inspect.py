@@ -1,0 +1,96 @@
+"""``mobius inspect PACKAGE``: what a package holds (components, ports, edges, sizes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from mobius.cli._common import DEBUG_HELP, user_errors
+
+
+def describe(package: Any) -> dict[str, Any]:
+    """A JSON-ready summary of a :class:`mobius.package.Package`."""
+    manifest = package.manifest
+    entries = manifest.get("components", {})
+    contract = package.contract
+
+    def ports(items: Any) -> list[dict[str, Any]]:
+        return [{"name": p.name, "dtype": p.dtype, "shape": list(p.shape)} for p in items]
+
+    components = []
+    for component in contract.components:
+        entry = entries.get(component.name, {})
+        components.append(
+            {
+                "name": component.name,
+                "path": entry.get("path"),
+                "size": entry.get("size"),
+                "presence": component.presence,
+                "inputs": ports(component.inputs),
+                "outputs": ports(component.outputs),
+            }
+        )
+    return {
+        "path": str(package.root),
+        "format_version": manifest.get("format_version"),
+        "model_type": manifest.get("model_type"),
+        "task": manifest.get("task"),
+        "dtype": manifest.get("dtype"),
+        "target": manifest.get("target"),
+        "components": components,
+        "edges": [f"{e.producer} -> {e.consumer}" for e in contract.edges],
+        "states": [f"{s.producer} -> {s.consumer}" for s in contract.states],
+        "externals": [f"{x.name} -> {x.consumer} ({x.kind})" for x in contract.externals],
+        "optionals": [f"{o.consumer} when {o.presence}" for o in contract.optionals],
+        "outputs": list(contract.outputs),
+        "source": manifest.get("source"),
+        "versions": manifest.get("versions"),
+    }
+
+
+def _print_text(info: dict[str, Any]) -> None:
+    from mobius.cli.cmd_build import human_size
+
+    echo = typer.echo
+    echo(f"package {info['path']}")
+    echo(
+        f"  model_type {info['model_type']}, task {info['task']}, "
+        f"dtype {info['dtype']}, target {info['target']}"
+    )
+    for c in info["components"]:
+        size = human_size(c["size"]) if isinstance(c["size"], int) else "?"
+        presence = f" (when {c['presence']})" if c["presence"] else ""
+        echo(f"component {c['name']}{presence}: {c['path']}, {size}")
+        for kind in ("inputs", "outputs"):
+            for p in c[kind]:
+                shape = ", ".join(str(d) for d in p["shape"])
+                echo(f"    {kind[:-1]:6} {p['name']}: {p['dtype']}[{shape}]")
+    for title in ("edges", "states", "externals", "optionals", "outputs"):
+        if info[title]:
+            echo(f"{title}:")
+            for line in info[title]:
+                echo(f"    {line}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``inspect`` command to ``app``."""
+
+    @app.command("inspect")
+    def inspect(
+        ctx: typer.Context,
+        package: str = typer.Argument(..., help="A package folder written by mobius build."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead."),
+        debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+    ) -> None:
+        """Show a package's components, ports, edges and sizes."""
+        with user_errors(ctx, debug):
+            from mobius.package import read_package
+
+            info = describe(read_package(package))
+            if as_json:
+                import json
+
+                typer.echo(json.dumps(info, indent=2))
+            else:
+                _print_text(info)

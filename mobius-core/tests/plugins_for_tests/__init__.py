@@ -1,0 +1,1 @@
+"""Plugin modules used only by mobius-core's tests (loaded through fake entry points)."""
