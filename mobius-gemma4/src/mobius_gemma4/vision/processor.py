@@ -1,0 +1,170 @@
+"""Gemma 4 image preprocessing in numpy (reference §5.1; HF ``Gemma4ImageProcessorPil``).
+
+RGB decode → aspect-preserving resize to the patch budget (sides multiples of
+``pooling_kernel_size · patch_size``) → rescale by 1/255 (no normalisation: the
+model applies ``2·(p − 0.5)``) → channels-last patchify → (x, y) positions →
+padding to ``max_soft_tokens · k²`` patches with zero pixels and (−1, −1).
+
+Resizing uses Pillow's bicubic filter on the 8-bit image, exactly what HF's PIL
+backend does, so patches match it bit for bit; HF's default torchvision backend
+resizes in float with its own antialias kernel and differs by a few 1/255 steps.
+Pillow is imported only when an image actually needs decoding or resizing.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mobius.errors import MobiusError
+
+SUPPORTED_SOFT_TOKENS = (70, 140, 280, 560, 1120)
+"""``max_soft_tokens`` values Gemma 4 was trained with (HF refuses others)."""
+
+
+@dataclass(frozen=True)
+class ImageBatch:
+    """Encoder inputs for a list of images, plus the soft-token count of each."""
+
+    pixel_values: np.ndarray  # float32 [n_images, max_patches, 3·p²]
+    pixel_position_ids: np.ndarray  # int64 [n_images, max_patches, 2], (−1, −1) = padding
+    num_soft_tokens: tuple[int, ...]  # per image; sum = rows of image_features
+
+
+def target_size(
+    height: int, width: int, *, patch_size: int, max_patches: int, pooling_kernel_size: int
+) -> tuple[int, int]:
+    """Largest aspect-preserving ``(h, w)`` within ``max_patches`` with sides multiple of k·p."""
+    target_px = max_patches * patch_size**2
+    factor = math.sqrt(target_px / (height * width))
+    side = pooling_kernel_size * patch_size
+    th = math.floor(factor * height / side) * side
+    tw = math.floor(factor * width / side) * side
+    if th == 0 and tw == 0:
+        raise MobiusError(
+            f"image of {height}x{width} pixels cannot be resized to a non-empty patch grid",
+            where="Gemma 4 image processor",
+            fix="pass a larger image",
+        )
+    max_side = (max_patches // pooling_kernel_size**2) * side
+    if th == 0:  # very wide: one row of pooled cells, as long as the aspect allows
+        th, tw = side, min(math.floor(width / height) * side, max_side)
+    elif tw == 0:  # very tall
+        tw, th = side, min(math.floor(height / width) * side, max_side)
+    return th, tw
+
+
+def load_rgb(image: Any) -> np.ndarray:
+    """Decode ``image`` to a ``uint8 [H, W, 3]`` RGB array.
+
+    Accepts a path, encoded bytes, a PIL image, or an ``[H, W]`` / ``[H, W, 3|4]``
+    uint8 array (alpha dropped, grey replicated).
+    """
+    if isinstance(image, np.ndarray):
+        arr = image
+        if arr.dtype != np.uint8:
+            raise MobiusError(
+                f"image array has dtype {arr.dtype}, expected uint8",
+                where="Gemma 4 image processor",
+                fix="pass 8-bit RGB pixels (HWC) or an image file",
+            )
+        if arr.ndim == 2:
+            arr = np.repeat(arr[:, :, None], 3, axis=2)
+        if arr.ndim != 3 or arr.shape[2] not in (3, 4):
+            raise MobiusError(
+                f"image array has shape {arr.shape}, expected [H, W, 3]",
+                where="Gemma 4 image processor",
+                fix="pass channels-last RGB pixels",
+            )
+        return np.ascontiguousarray(arr[:, :, :3])
+    from PIL import Image
+
+    if isinstance(image, (str, Path)):
+        try:
+            pil = Image.open(image)
+        except OSError as e:
+            raise MobiusError(
+                f"cannot read image {image}: {e}",
+                where=str(image),
+                fix="pass a readable image file (PNG, JPEG, …)",
+            ) from e
+    elif isinstance(image, (bytes, bytearray)):
+        pil = Image.open(io.BytesIO(image))
+    elif isinstance(image, Image.Image):
+        pil = image
+    else:
+        raise MobiusError(
+            f"cannot use a {type(image).__name__} as an image",
+            where="Gemma 4 image processor",
+            fix="pass a path, bytes, a PIL image or a uint8 array",
+        )
+    return np.asarray(pil.convert("RGB"), dtype=np.uint8)
+
+
+def _resize(rgb: np.ndarray, height: int, width: int) -> np.ndarray:
+    from PIL import Image
+
+    pil = Image.fromarray(rgb, mode="RGB")
+    return np.asarray(pil.resize((width, height), resample=Image.BICUBIC, reducing_gap=None))
+
+
+class Gemma4ImageProcessor:
+    """Turns images into ``pixel_values`` / ``pixel_position_ids`` for ``vision_encoder``."""
+
+    def __init__(
+        self, *, patch_size: int = 16, pooling_kernel_size: int = 3, max_soft_tokens: int = 280
+    ) -> None:
+        if max_soft_tokens not in SUPPORTED_SOFT_TOKENS:
+            raise MobiusError(
+                f"max_soft_tokens {max_soft_tokens} is not supported",
+                where="Gemma 4 image processor",
+                fix=f"use one of {SUPPORTED_SOFT_TOKENS}",
+            )
+        self.patch_size = patch_size
+        self.pooling_kernel_size = pooling_kernel_size
+        self.max_soft_tokens = max_soft_tokens
+        self.max_patches = max_soft_tokens * pooling_kernel_size**2
+
+    def patchify(self, rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """One decoded image → ``(patches [max_patches, 3p²], positions [max_patches, 2], tokens)``."""
+        p, k = self.patch_size, self.pooling_kernel_size
+        h, w = rgb.shape[:2]
+        th, tw = target_size(
+            h, w, patch_size=p, max_patches=self.max_patches, pooling_kernel_size=k
+        )
+        if (th, tw) != (h, w):
+            rgb = _resize(rgb, th, tw)
+        pixels = (rgb.astype(np.float64) * (1.0 / 255.0)).astype(np.float32)
+        ph, pw = th // p, tw // p
+        # [H, W, C] -> [ph, p, pw, p, C] -> [ph, pw, p, p, C]: row, column, channel inside a patch.
+        patches = pixels.reshape(ph, p, pw, p, 3).transpose(0, 2, 1, 3, 4).reshape(ph * pw, -1)
+        xs, ys = np.meshgrid(np.arange(pw), np.arange(ph), indexing="xy")
+        positions = np.stack([xs, ys], axis=-1).reshape(ph * pw, 2).astype(np.int64)
+        n = ph * pw
+        out_p = np.zeros((self.max_patches, 3 * p * p), dtype=np.float32)
+        out_pos = np.full((self.max_patches, 2), -1, dtype=np.int64)
+        out_p[:n], out_pos[:n] = patches, positions
+        return out_p, out_pos, n // k**2
+
+    def __call__(self, images: Sequence[Any]) -> ImageBatch:
+        """Process a list of images (paths, bytes, PIL images or uint8 arrays)."""
+        if not isinstance(images, Sequence) or isinstance(images, (str, bytes)):
+            images = [images]
+        done = [self.patchify(load_rgb(im)) for im in images]
+        if not done:
+            raise MobiusError(
+                "no images to process",
+                where="Gemma 4 image processor",
+                fix="pass at least one image",
+            )
+        return ImageBatch(
+            pixel_values=np.stack([d[0] for d in done]),
+            pixel_position_ids=np.stack([d[1] for d in done]),
+            num_soft_tokens=tuple(d[2] for d in done),
+        )
