@@ -96,6 +96,8 @@ class Recorder:
 
 
 def write(out: Path, model: ir.Model, **kwargs) -> Path:
+    """Write with every initializer external (the test tensors are all tiny)."""
+    kwargs.setdefault("inline_limit", 0)
     return write_package(
         out,
         components={"model": model},
@@ -340,8 +342,21 @@ def test_writer_materializes_one_tensor_at_a_time(tmp_path: Path) -> None:
         return array
 
     ckpt.read = tracking_read  # type: ignore[method-assign]
-    out = write_package(tmp_path / "pkg", components={"model": model}, manifest={})
+    out = write_package(tmp_path / "pkg", components={"model": model}, manifest={}, inline_limit=0)
     assert len(alive) == 2
     loaded = ir.load(out / "model" / "model.onnx")
     np.testing.assert_array_equal(loaded.graph.initializers["v"].const_value.numpy(), V * 3)
     np.testing.assert_array_equal(loaded.graph.initializers["W"].const_value.numpy(), W)
+
+
+def test_small_tensors_stay_inside_the_graph(bound_model: ir.Model, tmp_path: Path) -> None:
+    """onnxruntime needs small constants (axes, shapes) in the graph while it infers shapes."""
+    out = write_package(
+        tmp_path / "pkg", components={"model": bound_model}, manifest={"contract": CONTRACT}
+    )
+    loaded = ir.load(out / "model" / "model.onnx")
+    for value in loaded.graph.initializers.values():
+        tensor = value.const_value
+        is_small = tensor.size * tensor.dtype.itemsize < 1024
+        assert isinstance(tensor, ir.ExternalTensor) != is_small, value.name
+    assert verify_package(out) == []

@@ -4,7 +4,7 @@ Layout (ARCHITECTURE §4)::
 
     OUT/
       mobius.json               manifest (format_version, contract, components, files, ...)
-      decoder/model.onnx        graph; every initializer external
+      decoder/model.onnx        graph; initializers of 1 KiB or more are external
       decoder/model.onnx.data   tensor data, each tensor 64-byte aligned
       genai_config.json, tokenizer.json, ...   runtime files
 
@@ -14,11 +14,18 @@ hashes it and drops it before the next (peak memory near the largest tensor),
 and reports each tensor to the progress callback. Everything is written to a
 hidden sibling folder and renamed into place at the end, so a failed build never
 leaves a half package.
+
+The sibling is named ``.{OUT name}.mobius-tmp-{pid}-{random}``. A process killed
+outright (SIGKILL, power loss) cannot remove it, so the next write to the same
+OUT removes siblings whose pid no longer runs. A full disk (or quota, or a file
+size limit) becomes a :class:`PackageError` naming the file being written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -26,7 +33,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any, Protocol
@@ -47,7 +54,22 @@ DATA_NAME = "model.onnx.data"
 ALIGNMENT = 64
 """Byte alignment of every tensor in external data (friendly to memory-mapped loads)."""
 
+INLINE_LIMIT = 1024
+"""Tensors smaller than this many bytes are stored inside ``model.onnx`` (see ``_inline``)."""
+
 _RESERVED_KEYS = ("format_version", "components", "files")
+_TEMP_KINDS = ("tmp", "old")
+"""Sibling folders the writer makes: ``tmp`` (being assembled), ``old`` (replaced by --force)."""
+_FREE_SPACE = "free space or choose another OUT"
+_NO_ROOM = {
+    errno.ENOSPC: ("no space left on device", _FREE_SPACE),
+    errno.EDQUOT: ("disk quota exceeded", _FREE_SPACE),
+    errno.EFBIG: (
+        "file too large for the file system",
+        "choose an OUT on a file system without a small file size limit (not FAT32)",
+    ),
+}
+"""errno of a write that failed for lack of room -> (what, fix)."""
 _COMPONENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _CHUNK = 8 * 1024 * 1024
 # Tensors whose bytes numpy gives directly (no sub-byte packing).
@@ -96,8 +118,12 @@ def write_package(
     runtime_files: Sequence[RuntimeFile] = (),
     force: bool = False,
     progress: _Progress | None = None,
+    inline_limit: int = INLINE_LIMIT,
 ) -> Path:
     """Write a complete package to ``out`` atomically; return its path.
+
+    Initializers of ``inline_limit`` bytes or more go to external data, one at a
+    time; smaller ones stay inside ``model.onnx`` (see :func:`_inline`).
 
     ``manifest`` holds the caller's fields (model_type, task, dtype, target,
     contract, source, versions); this adds ``format_version``, ``components``
@@ -113,23 +139,27 @@ def write_package(
     _check_out(out, force)
     _check_names(components, runtime_files)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.mobius-tmp-", dir=out.parent))
+    remove_stale_siblings(out)
+    with _room(out, "a temporary folder"):
+        tmp = Path(tempfile.mkdtemp(prefix=_sibling_prefix(out, "tmp"), dir=out.parent))
     try:
         entries = {}
         for name, model in components.items():
-            entries[name] = _write_component(tmp, name, model, progress)
+            entries[name] = _write_component(tmp, out, name, model, progress, inline_limit)
         files = {}
         for rf in runtime_files:
-            files[rf.path] = _write_runtime_file(tmp, rf)
+            with _room(out, rf.path):
+                files[rf.path] = _write_runtime_file(tmp, rf)
         full = {
             "format_version": FORMAT_VERSION,
             **{k: _jsonable(v) for k, v in manifest.items()},
             "components": entries,
             "files": files,
         }
-        (tmp / MANIFEST_NAME).write_text(
-            json.dumps(full, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+        with _room(out, MANIFEST_NAME):
+            (tmp / MANIFEST_NAME).write_text(
+                json.dumps(full, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
         _move_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -137,6 +167,81 @@ def write_package(
     if progress is not None:
         progress.message(f"package written to {out}")
     return out
+
+
+def _sibling_prefix(out: Path, kind: str) -> str:
+    return f".{out.name}.mobius-{kind}-{os.getpid()}-"
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (on this machine's pid namespace).
+
+    On Windows ``os.kill(pid, 0)`` would terminate the process, so every pid
+    counts as alive there (stale folders are then left for the user to delete).
+    """
+    if os.name == "nt":
+        return True
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def remove_stale_siblings(out: str | os.PathLike[str]) -> list[Path]:
+    """Remove temporary siblings of ``out`` left by writers that no longer run; return them.
+
+    Why: a writer killed outright (SIGKILL, OOM killer) cannot clean up after
+    itself. Only folders whose name carries a pid that is gone are removed; a
+    live writer's folders (another process, or this one) are left alone. The pid
+    is checked in this machine's process table, so two machines writing into one
+    shared folder at once must not use the same OUT.
+    """
+    out = Path(out).absolute()
+    pattern = re.compile(
+        rf"\.{re.escape(out.name)}\.mobius-(?:{'|'.join(_TEMP_KINDS)})-(\d+)-[^/\\]+"
+    )
+    removed: list[Path] = []
+    try:
+        siblings = list(out.parent.iterdir())
+    except OSError:
+        return removed
+    for sibling in siblings:
+        match = pattern.fullmatch(sibling.name)
+        if match is None or not sibling.is_dir() or sibling.is_symlink():
+            continue
+        pid = int(match.group(1))
+        if pid == os.getpid() or _pid_alive(pid):
+            continue
+        shutil.rmtree(sibling, ignore_errors=True)
+        if not sibling.exists():
+            removed.append(sibling)
+    return removed
+
+
+@contextlib.contextmanager
+def _room(out: Path, relpath: str) -> Iterator[None]:
+    """Turn "disk full" while writing ``relpath`` into a PackageError that names it.
+
+    Other OSErrors pass through unchanged: they are not about room on OUT's disk.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _NO_ROOM:
+            raise
+        reason, fix = _NO_ROOM[exc.errno]
+        raise PackageError(
+            f"{reason} while writing {relpath}; the partial package was removed",
+            where=str(out),
+            fix=fix,
+        ) from exc
 
 
 def _check_out(out: Path, force: bool) -> None:
@@ -183,18 +288,24 @@ def _graph_initializers(model: ir.Model) -> list[ir.Value]:
 
 
 def _write_component(
-    tmp: Path, name: str, model: ir.Model, progress: _Progress | None
+    tmp: Path,
+    out: Path,
+    name: str,
+    model: ir.Model,
+    progress: _Progress | None,
+    inline_limit: int,
 ) -> dict[str, Any]:
     folder = tmp / name
-    folder.mkdir()
+    with _room(out, name):
+        folder.mkdir()
     model_path, data_path = folder / MODEL_NAME, folder / DATA_NAME
-    values = _graph_initializers(model)
+    values = [v for v in _graph_initializers(model) if not _inline(v.const_value, inline_limit)]
     if progress is not None:
         progress.component_started(name, len(values))
     originals: list[tuple[ir.Value, Any]] = []
     data_hash = hashlib.sha256()
     try:
-        with data_path.open("wb") as f:
+        with _room(out, f"{name}/{DATA_NAME}"), data_path.open("wb") as f:
             offset = 0
             for value in values:
                 tensor = value.const_value
@@ -218,7 +329,8 @@ def _write_component(
                 offset += nbytes
                 if progress is not None:
                     progress.tensor_written(name, value.name or "", nbytes)
-        ir.save(model, model_path)
+        with _room(out, f"{name}/{MODEL_NAME}"):
+            ir.save(model, model_path)
     finally:
         for value, tensor in originals:
             value.const_value = tensor
@@ -235,6 +347,16 @@ def _write_component(
         "model_size": model_size,
         "data_size": data_size,
     }
+
+
+def _inline(tensor: ir.TensorProtocol, limit: int) -> bool:
+    """Whether a tensor stays inside ``model.onnx`` instead of the external data file.
+
+    onnxruntime must read small constants (axes, shapes, scalars) while it infers
+    shapes at load time, before external data is mapped; it refuses them when they
+    are external. Anything under ``limit`` bytes is kept inline.
+    """
+    return tensor.size * tensor.dtype.itemsize < limit
 
 
 def _write_tensor(f: IO[bytes], tensor: ir.TensorProtocol, digest: Any) -> int:
@@ -261,6 +383,8 @@ def _write_runtime_file(tmp: Path, rf: RuntimeFile) -> dict[str, Any]:
         try:
             shutil.copyfile(rf.source, dest)
         except OSError as exc:
+            if exc.errno in _NO_ROOM:
+                raise  # about OUT's disk, not the source: the caller names the file
             raise PackageError(
                 f"cannot copy runtime file: {exc.strerror or exc}",
                 where=str(rf.source),
@@ -274,7 +398,7 @@ def _move_into_place(tmp: Path, out: Path) -> None:
     if not out.exists():
         os.rename(tmp, out)
         return
-    old = out.parent / f".{out.name}.mobius-old-{uuid.uuid4().hex[:8]}"
+    old = out.parent / f"{_sibling_prefix(out, 'old')}{uuid.uuid4().hex[:8]}"
     os.rename(out, old)
     try:
         os.rename(tmp, out)
