@@ -1,0 +1,241 @@
+"""Running one step of a contract: feeds resolved, components run in order.
+
+A step takes the caller's arrays (``input_ids``, ``pixel_values`` …), the state
+carried from the previous step (OrtValues) and the past length, and returns
+every output as an OrtValue keyed ``component.port``. Values move between
+components and between steps as OrtValues through IO binding, so KV caches
+never roundtrip through numpy and, on CUDA, stay on the device; only the
+contract's declared outputs (logits) are bound to host memory.
+
+Every input is resolved *before* any session runs: a required input without a
+source is a :class:`RequestError`, never silently zero-filled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from mobius_runtime.errors import RequestError
+from mobius_runtime.feeds import to_ortvalue, zeros
+from mobius_runtime.plan import Plan
+
+
+class Executor:
+    """Executes a :class:`Plan` with sessions opened on demand by ``session_of``."""
+
+    def __init__(self, plan: Plan, session_of: Callable[[str], Any], device: str) -> None:
+        self.plan = plan
+        self.session_of = session_of
+        self.device = device
+        self._io: dict[str, tuple[list[tuple[str, str, tuple[Any, ...]]], list[str]]] = {}
+
+    def io(self, comp: str) -> tuple[list[tuple[str, str, tuple[Any, ...]]], list[str]]:
+        """(inputs as (name, type, shape), output names) of a component's session, cached."""
+        cached = self._io.get(comp)
+        if cached is None:
+            session = self.session_of(comp)
+            inputs = [(a.name, a.type, tuple(a.shape or ())) for a in session.get_inputs()]
+            cached = (inputs, [o.name for o in session.get_outputs()])
+            self._io[comp] = cached
+        return cached
+
+    # ------------------------------------------------------------------ resolution
+
+    def active_modalities(self, caller: Mapping[str, Any]) -> set[str]:
+        """Presence keys whose components receive a caller input in this request."""
+        present = set()
+        for name in caller:
+            for consumer in self.plan.caller_names.get(name, ()):
+                presence = self.plan.presence[consumer.split(".", 1)[0]]
+                if presence:
+                    present.add(presence)
+        return present
+
+    def check_request(self, caller: Mapping[str, Any]) -> None:
+        """Unknown caller inputs are an error naming what the package accepts."""
+        unknown = sorted(set(caller) - set(self.plan.caller_names))
+        if unknown:
+            raise RequestError(
+                f"unknown input(s) {', '.join(unknown)}",
+                where="forward()/generate() inputs",
+                fix="this package takes: " + ", ".join(sorted(self.plan.caller_names)),
+            )
+
+    def _resolve(
+        self, caller: Mapping[str, Any], state: Mapping[str, Any] | None
+    ) -> tuple[list[str], dict[str, tuple[str, Any]]]:
+        """Which components run and where each of their inputs comes from.
+
+        Returns (components to run, key -> (how, detail)); raises for inputs
+        without a source before anything runs.
+        """
+        present = self.active_modalities(caller)
+        run = [
+            name
+            for name in self.plan.order
+            if self.plan.presence[name] is None or self.plan.presence[name] in present
+        ]
+        running = set(run)
+        how: dict[str, tuple[str, Any]] = {}
+        missing: list[str] = []
+        for key, source in self.plan.sources.items():
+            comp = key.split(".", 1)[0]
+            if comp not in running:
+                continue
+            fallback = self.plan.fallbacks.get(key)
+            absent = fallback is not None and fallback.presence not in present
+            if source.kind == "caller":
+                if source.ref in caller:
+                    how[key] = ("caller", source.ref)
+                elif absent:
+                    how[key] = ("zeros", fallback.shape)
+                else:
+                    missing.append(f"{key} (caller input {source.ref!r})")
+            elif source.kind == "edge":
+                if source.ref.split(".", 1)[0] in running:
+                    how[key] = ("edge", source.ref)
+                elif absent:
+                    how[key] = ("zeros", fallback.shape)
+                else:
+                    missing.append(f"{key} (from {source.ref}, which does not run)")
+            elif source.kind == "state":
+                if state is not None and key in state:
+                    how[key] = ("state", key)
+                else:
+                    how[key] = ("initial", source.initial_shape)
+            else:
+                how[key] = ("generated", source.ref)
+        if missing:
+            raise RequestError(
+                "required input(s) have no value in this request: " + "; ".join(missing),
+                where="contract inputs",
+                fix="pass the missing input(s) (see the package's contract externals); "
+                "required inputs are never zero-filled",
+            )
+        return run, how
+
+    # ------------------------------------------------------------------ running
+
+    def step(
+        self,
+        caller: Mapping[str, Any],
+        state: Mapping[str, Any] | None,
+        past_len: int,
+    ) -> dict[str, Any]:
+        """Run one step; returns every component output (OrtValue) keyed ``comp.port``."""
+        self.check_request(caller)
+        run, how = self._resolve(caller, state)
+        batch, seq = _batch_and_seq(caller)
+        values: dict[str, Any] = {}
+        host_outputs = set(self.plan.outputs)
+        for comp in run:
+            session = self.session_of(comp)
+            binding = session.io_binding()
+            inputs, names = self.io(comp)
+            for name, ort_type, shape in inputs:
+                key = f"{comp}.{name}"
+                value = self._feed(
+                    key, ort_type, len(shape), how[key], caller, state, values, batch, seq, past_len
+                )
+                binding.bind_ortvalue_input(name, value)
+            for name in names:
+                on_host = self.device == "cpu" or f"{comp}.{name}" in host_outputs
+                binding.bind_output(name, "cpu" if on_host else self.device)
+            session.run_with_iobinding(binding)
+            for name, value in zip(names, binding.get_outputs()):
+                values[f"{comp}.{name}"] = value
+        return values
+
+    def next_state(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The state for the next step: each state edge's producer value."""
+        return {consumer: values[producer] for consumer, producer in self.plan.states.items()}
+
+    def _feed(
+        self,
+        key: str,
+        ort_type: str,
+        rank: int,
+        how: tuple[str, Any],
+        caller: Mapping[str, Any],
+        state: Mapping[str, Any] | None,
+        values: Mapping[str, Any],
+        batch: int,
+        seq: int,
+        past_len: int,
+    ) -> Any:
+        kind, detail = how
+        if kind == "edge":
+            return values[detail]
+        if kind == "state":
+            return state[detail]  # type: ignore[index]
+        if kind == "caller":
+            value = caller[detail]
+            if hasattr(value, "data_type") and value.data_type() == ort_type:
+                return value
+            return to_ortvalue(value, ort_type, self.device)
+        if kind == "zeros":
+            return zeros(tuple(detail), ort_type, self.device)
+        if kind == "initial":
+            return zeros(_initial_shape(key, detail, batch), ort_type, self.device)
+        return to_ortvalue(
+            _generated(key, detail, rank, batch, seq, past_len), ort_type, self.device
+        )
+
+
+def _batch_and_seq(caller: Mapping[str, Any]) -> tuple[int, int]:
+    ids = caller.get("input_ids")
+    if ids is None:
+        ids = caller.get("inputs_embeds")
+    if ids is None:
+        return 1, 0
+    shape = tuple(ids.shape()) if hasattr(ids, "data_type") else np.shape(ids)
+    if len(shape) < 2:
+        raise RequestError(
+            f"input_ids must be [batch, sequence], got shape {list(shape)}",
+            where="input_ids",
+            fix="pass a 2-D int64 array",
+        )
+    return int(shape[0]), int(shape[1])
+
+
+def _initial_shape(key: str, shape: tuple[int | str, ...], batch: int) -> tuple[int, ...]:
+    out = []
+    for dim in shape:
+        if isinstance(dim, int):
+            out.append(dim)
+        elif dim == "batch":
+            out.append(batch)
+        elif "seq" in dim or "past" in dim or "len" in dim:
+            out.append(0)
+        else:
+            raise RequestError(
+                f"state input {key}: cannot size symbolic dim {dim!r} of its initial shape",
+                where=f"mobius.json: contract state {key}",
+                fix="rebuild the package; initial shapes may use 'batch' and ints",
+            )
+    return tuple(out)
+
+
+def _generated(key: str, name: str, rank: int, batch: int, seq: int, past_len: int) -> np.ndarray:
+    """attention_mask = ones(B, P+S); position_ids = arange(P, P+S) per row."""
+    if name == "attention_mask":
+        if rank != 2:
+            raise RequestError(
+                f"generated attention_mask for {key} must be rank 2, the graph has rank {rank}",
+                where=key,
+                fix="rebuild the package",
+            )
+        return np.ones((batch, past_len + seq), dtype=np.int64)
+    positions = np.arange(past_len, past_len + seq, dtype=np.int64)
+    if rank == 1:
+        return positions
+    if rank == 2:
+        return np.broadcast_to(positions, (batch, seq))
+    raise RequestError(
+        f"generated position_ids for {key} must be rank 1 or 2, the graph has rank {rank}",
+        where=key,
+        fix="rebuild the package",
+    )

@@ -1,0 +1,281 @@
+"""``Pipeline``: a loaded package, its sessions, ``forward()`` and ``generate()``.
+
+This is the only place where sub-models are wired together, and the wiring is
+read from the package's contract, never written by hand: adding an input to a
+family's graphs changes its contract, and the runtime follows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mobius_runtime.errors import RequestError
+from mobius_runtime.executor import Executor
+from mobius_runtime.feeds import to_numpy
+from mobius_runtime.hashing import verify_files
+from mobius_runtime.plan import Plan, compile_plan
+from mobius_runtime.sampling import pick
+from mobius_runtime.text import TextSide, as_ids, context_length
+
+
+@dataclass
+class GenerationResult:
+    """What ``generate()`` returns: generated ids (no prompt), text and timings."""
+
+    ids: list[int]
+    text: str
+    prompt_ids: list[int]
+    prefill_ms: float
+    decode_ms: float
+    stop_reason: str  # "stop_id" | "max_new_tokens" | "context_length"
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens per second over the decode steps (the first token comes from prefill)."""
+        steps = len(self.ids) - 1
+        return steps / (self.decode_ms / 1000.0) if steps > 0 and self.decode_ms > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ids": list(self.ids),
+            "text": self.text,
+            "prompt_tokens": len(self.prompt_ids),
+            "stop_reason": self.stop_reason,
+            "timings": {
+                "prefill_ms": round(self.prefill_ms, 3),
+                "decode_ms": round(self.decode_ms, 3),
+                "decode_tokens_per_s": round(self.decode_tokens_per_s, 3),
+            },
+        }
+
+
+class Pipeline:
+    """A model package loaded into onnxruntime sessions. Build with :meth:`load`."""
+
+    def __init__(
+        self,
+        root: Path,
+        manifest: dict,
+        contract: Any,
+        component_paths: dict[str, Path],
+        device: str,
+        threads: int | None,
+        host: Any | None = None,
+    ) -> None:
+        self.root = root
+        self.manifest = manifest
+        self.contract = contract
+        self.device = device
+        self.threads = threads
+        self.plan: Plan = compile_plan(contract)
+        self._paths = component_paths
+        self._sessions: dict[str, Any] = {}
+        self.text = TextSide(root, manifest, host)
+        self.context_length = context_length(root, manifest)
+        self.executor = Executor(self.plan, self.session, device)
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        device: str = "auto",
+        threads: int | None = None,
+        *,
+        host: Any | None = None,
+    ) -> Pipeline:
+        """Read, verify and open a package.
+
+        Every file the manifest pins is checked against its sha256 (cached by
+        size and mtime); one session per component is opened now, except
+        presence-gated ones (vision, audio), opened on first use. ``host`` is a
+        :class:`mobius.plugins.PluginHost` for the family's processors
+        (default: the installed plugins).
+        """
+        from mobius.package import read_package
+        from mobius_runtime.device import resolve_device
+
+        resolved = resolve_device(device)
+        package = read_package(Path(path))
+        verify_files(Path(package.root), package.manifest)
+        pipeline = cls(
+            Path(package.root),
+            package.manifest,
+            package.contract,
+            {name: Path(p) for name, p in package.components.items()},
+            resolved,
+            threads,
+            host,
+        )
+        for name in pipeline.plan.order:
+            if pipeline.plan.presence[name] is None:
+                pipeline.session(name)
+        return pipeline
+
+    def session(self, component: str) -> Any:
+        """The (checked) session of ``component``, opened on first use."""
+        session = self._sessions.get(component)
+        if session is None:
+            from mobius_runtime.sessions import check_ports, open_session
+
+            session = open_session(self._paths[component], self.device, self.threads)
+            check_ports(session, self.contract.component(component))
+            self._sessions[component] = session
+        return session
+
+    @property
+    def providers(self) -> dict[str, list[str]]:
+        """Execution providers of each opened session."""
+        return {name: s.get_providers() for name, s in self._sessions.items()}
+
+    @property
+    def modalities(self) -> set[str]:
+        return self.plan.modalities
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(self, **inputs: Any) -> dict[str, np.ndarray]:
+        """One prefill over the caller inputs given by name.
+
+        Returns ``"logits"`` and every component output keyed ``component.port``.
+        """
+        values = self.executor.step(inputs, None, 0)
+        out = {key: to_numpy(value) for key, value in values.items()}
+        if self.plan.logits is not None:
+            out["logits"] = out[self.plan.logits]
+        return out
+
+    # ------------------------------------------------------------------ generate
+
+    def generate(
+        self,
+        prompt: str | None = None,
+        input_ids: Any = None,
+        images: Sequence[Any] = (),
+        audio: Sequence[Any] = (),
+        max_new_tokens: int = 64,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop_ids: Iterable[int] | None = None,
+        on_token: Callable[[int, str], None] | None = None,
+    ) -> GenerationResult:
+        """Generate up to ``max_new_tokens`` ids after a prompt (text or ids).
+
+        ``on_token(id, text_piece)`` is called as each token is chosen;
+        ``text_piece`` is the newly decodable text (possibly empty while a
+        multi-byte character is incomplete). Generation stops at a stop id
+        (``stop_ids``, default: the family's), after ``max_new_tokens``, or at
+        the model's context length.
+        """
+        if self.plan.logits is None:
+            raise RequestError(
+                "this package has no logits output, so it cannot generate",
+                where="mobius.json: contract.outputs",
+                fix="use forward() for encoder-only packages",
+            )
+        if max_new_tokens < 1:
+            raise RequestError(
+                f"max_new_tokens must be at least 1, got {max_new_tokens}",
+                where="max_new_tokens",
+                fix="pass a positive number",
+            )
+        if (prompt is None) == (input_ids is None):
+            raise RequestError(
+                "generate() needs exactly one of prompt or input_ids",
+                where="generate()",
+                fix="pass prompt='…' or input_ids=[…]",
+            )
+        caller: dict[str, Any] = {}
+        image_inputs, image_tokens = self.text.media_inputs("image", images, self.modalities)
+        audio_inputs, audio_tokens = self.text.media_inputs("audio", audio, self.modalities)
+        caller.update(image_inputs)
+        caller.update(audio_inputs)
+        if prompt is not None:
+            ids = as_ids(self.text.encode(prompt, image_tokens, audio_tokens))
+        else:
+            ids = as_ids(input_ids)
+        prompt_len = int(ids.shape[1])
+        limit = self.context_length
+        if limit is not None and prompt_len >= limit:
+            raise RequestError(
+                f"the prompt is {prompt_len} tokens but the model has {limit} positions",
+                where="prompt",
+                fix=f"shorten the prompt below {limit} tokens",
+            )
+        stops = set(self.text.processors.stop_token_ids if stop_ids is None else stop_ids)
+        rng = np.random.default_rng(seed)
+        caller["input_ids"] = ids
+
+        generated: list[int] = []
+        stream = _Stream(self.text, on_token)
+        start = time.perf_counter()
+        values = self.executor.step(caller, None, 0)
+        logits = to_numpy(values[self.plan.logits])[0, -1]
+        state = self.executor.next_state(values)
+        prefill_ms = (time.perf_counter() - start) * 1000.0
+        decode_start = time.perf_counter()
+        past = prompt_len
+        reason = "max_new_tokens"
+        while True:
+            token = pick(
+                logits,
+                do_sample=do_sample,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                rng=rng,
+            )
+            generated.append(token)
+            stream.push(generated)
+            if token in stops:
+                reason = "stop_id"
+                break
+            if len(generated) >= max_new_tokens:
+                break
+            if limit is not None and past + 1 > limit:
+                reason = "context_length"
+                break
+            step_ids = np.array([[token]], dtype=np.int64)
+            values = self.executor.step({"input_ids": step_ids}, state, past)
+            logits = to_numpy(values[self.plan.logits])[0, -1]
+            state = self.executor.next_state(values)
+            past += 1
+        decode_ms = (time.perf_counter() - decode_start) * 1000.0
+        return GenerationResult(
+            ids=generated,
+            text=self.text.decode(generated),
+            prompt_ids=[int(i) for i in ids[0]],
+            prefill_ms=prefill_ms,
+            decode_ms=decode_ms,
+            stop_reason=reason,
+        )
+
+
+class _Stream:
+    """Emits the newly decodable text after each token (holds back partial UTF-8)."""
+
+    def __init__(self, text: TextSide, on_token: Callable[[int, str], None] | None) -> None:
+        self.text = text
+        self.on_token = on_token
+        self.emitted = ""
+
+    def push(self, ids: list[int]) -> None:
+        if self.on_token is None:
+            return
+        decoded = self.text.decode(ids)
+        piece = ""
+        if not decoded.endswith("\ufffd") and decoded.startswith(self.emitted):
+            piece = decoded[len(self.emitted) :]
+            self.emitted = decoded
+        self.on_token(ids[-1], piece)

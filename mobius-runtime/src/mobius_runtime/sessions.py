@@ -1,0 +1,89 @@
+"""One onnxruntime session per component, checked against the contract.
+
+Sessions use full graph optimization, sequential execution and a fixed number
+of intra-op threads. Before a session is used, its declared inputs and outputs
+are compared with the component's contract ports (name, dtype, rank): a package
+whose graphs drifted from its manifest fails here, naming component and port,
+instead of failing later inside onnxruntime with a cryptic message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mobius.errors import ContractError, PackageError
+from mobius_runtime.device import providers_for
+from mobius_runtime.feeds import PORT_TO_ORT
+
+
+def session_options(threads: int | None) -> Any:
+    """Tuned options: ORT_ENABLE_ALL, sequential execution, ``threads`` intra-op threads."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = int(threads)
+        options.inter_op_num_threads = 1
+    return options
+
+
+def open_session(path: Path, device: str, threads: int | None) -> Any:
+    """An InferenceSession for the graph at ``path`` on the resolved ``device``."""
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(
+            str(path), sess_options=session_options(threads), providers=providers_for(device)
+        )
+    except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
+        raise PackageError(
+            f"onnxruntime cannot load {path.parent.name}/{path.name}: {str(exc).strip()}",
+            where=str(path),
+            fix="rebuild the package with `mobius build`; if it persists, report it with this "
+            "message (the graph is not loadable by this onnxruntime)",
+        ) from exc
+
+
+def check_ports(session: Any, component: Any) -> None:
+    """Raise :class:`ContractError` listing every port that differs from the contract."""
+    problems: list[str] = []
+    _compare(problems, component.name, "input", component.inputs, session.get_inputs(), strict=True)
+    _compare(
+        problems, component.name, "output", component.outputs, session.get_outputs(), strict=False
+    )
+    if problems:
+        raise ContractError(
+            f"component {component.name!r}: its graph does not match the contract in "
+            "mobius.json:\n  " + "\n  ".join(problems),
+            where=f"component {component.name}",
+            fix="rebuild the package with `mobius build`; the graph and manifest disagree",
+        )
+
+
+def _compare(
+    problems: list[str], comp: str, kind: str, ports: Any, args: Any, *, strict: bool
+) -> None:
+    declared = {a.name: a for a in args}
+    for port in ports:
+        arg = declared.pop(port.name, None)
+        if arg is None:
+            problems.append(f"{kind} port {comp}.{port.name} is missing from the graph")
+            continue
+        want = PORT_TO_ORT.get(port.dtype, port.dtype)
+        if arg.type != want:
+            problems.append(
+                f"{kind} port {comp}.{port.name}: contract says {port.dtype}, graph has {arg.type}"
+            )
+        shape = arg.shape
+        if isinstance(shape, list) and len(shape) != len(port.shape):
+            problems.append(
+                f"{kind} port {comp}.{port.name}: contract rank {len(port.shape)} "
+                f"{list(port.shape)}, graph rank {len(shape)} {shape}"
+            )
+    if strict:
+        for name in declared:
+            problems.append(f"{kind} {comp}.{name} exists in the graph but not in the contract")

@@ -1,0 +1,72 @@
+"""Fixtures: hand-made packages (see toypkg) and a toy family plugin."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import toypkg
+
+from mobius import hookimpl
+from mobius.records import ModelTypeInfo, Processors, RuntimeFile
+
+
+class ToyFamily:
+    """A family plugin for model_type "toy": chat template, BOS 1, stop 2, images."""
+
+    @hookimpl
+    def mobius_model_types(self):
+        return [ModelTypeInfo("toy", modalities=("text", "image"))]
+
+    @hookimpl
+    def mobius_read_config(self, model_type, raw):
+        return dict(raw)
+
+    @hookimpl
+    def mobius_processors(self, config):
+        def preprocess_image(images):
+            import numpy as np
+
+            return {
+                "pixel_values": np.full((len(images), toypkg.D), 0.5, np.float32),
+                "num_soft_tokens": [1] * len(images),
+            }
+
+        return Processors(
+            format_prompt=lambda text, n_img, n_aud: "a " * n_img + text,
+            preprocess_image=preprocess_image,
+            stop_token_ids=(2,),
+            bos_token_id=1,
+        )
+
+
+@pytest.fixture
+def host():
+    from mobius.plugins import PluginHost
+
+    return PluginHost.from_plugins({"toy": ToyFamily()}, builtins=False)
+
+
+def _text_files(tmp_path: Path) -> tuple[RuntimeFile, ...]:
+    tok = toypkg.tokenizer_file(tmp_path)
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"model_type": "toy", "max_position_embeddings": 64}')
+    return (RuntimeFile("tokenizer.json", source=tok), RuntimeFile("config.json", source=cfg))
+
+
+@pytest.fixture
+def single_pkg(tmp_path):
+    return toypkg.single_package(
+        tmp_path / "single", runtime_files=_text_files(tmp_path), extra={"context_length": 64}
+    )
+
+
+@pytest.fixture
+def split_pkg(tmp_path):
+    return toypkg.split_package(
+        tmp_path / "split", runtime_files=_text_files(tmp_path), extra={"context_length": 64}
+    )

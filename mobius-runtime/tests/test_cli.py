@@ -1,0 +1,102 @@
+"""`mobius run`: streaming output, --json, and clear errors with exit status 1."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from mobius_runtime import plugin
+
+
+@pytest.fixture
+def app():
+    app = typer.Typer()
+    plugin.mobius_add_commands(app)
+
+    @app.command("noop", hidden=True)
+    def noop() -> None:  # a second command keeps typer from flattening `run`
+        pass
+
+    return app
+
+
+def _run(app, *args):
+    return CliRunner().invoke(app, ["run", *map(str, args)])
+
+
+def test_plugin_module_is_import_light():
+    import subprocess
+    import sys
+
+    code = "import sys, mobius_runtime.plugin; print('onnxruntime' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_json_output(app, single_pkg):
+    result = _run(
+        app, single_pkg, "--prompt", "b c", "--max-new-tokens", "3", "--json", "--device", "cpu"
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    assert 1 <= len(data["ids"]) <= 3
+    assert set(data["timings"]) == {"prefill_ms", "decode_ms", "decode_tokens_per_s"}
+
+
+def test_streams_text(app, single_pkg):
+    result = _run(
+        app,
+        single_pkg,
+        "--prompt",
+        "b c",
+        "--max-new-tokens",
+        "4",
+        "--sample",
+        "--seed",
+        "1",
+        "--temperature",
+        "0.7",
+        "--top-k",
+        "5",
+        "--top-p",
+        "0.9",
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith("\n")
+
+
+@pytest.mark.parametrize(
+    ("case", "needle"),
+    [
+        ("missing", "does not exist"),
+        ("corrupt", "sha256"),
+        ("image", "cannot read image file"),
+        ("audio", "cannot read audio file"),
+        ("long", "positions"),
+        ("modality", "no image input"),
+    ],
+)
+def test_errors_exit_1_without_traceback(app, single_pkg, tmp_path, case, needle):
+    args = [single_pkg, "--prompt", "b", "--max-new-tokens", "2"]
+    if case == "missing":
+        args[0] = tmp_path / "nope"
+    elif case == "corrupt":
+        data = single_pkg / "model" / "model.onnx.data"
+        data.write_bytes(data.read_bytes()[:-4] + b"oops")
+    elif case == "image":
+        args += ["--image", tmp_path / "no.png"]
+    elif case == "audio":
+        args += ["--audio", tmp_path / "no.wav"]
+    elif case == "long":
+        args[2] = " ".join(["b"] * 70)
+    elif case == "modality":
+        img = tmp_path / "x.png"
+        img.write_bytes(b"\x89PNG")
+        args += ["--image", img]
+    result = _run(app, *args)
+    assert result.exit_code == 1
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
