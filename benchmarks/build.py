@@ -1,0 +1,286 @@
+"""Build benchmarks: graph-only build time / peak RSS, and a synthetic full-size E2B build.
+
+    python benchmarks/build.py                       # (a) every full-size config, graph only
+    python benchmarks/build.py --synthetic-e2b DIR   # (b) also: ~10 GB bf16 E2B in DIR, built
+
+Numbers are printed, never asserted (a shared machine makes timings noisy).
+
+(a) For each full-size ``config.json`` in the fixtures folder (``tiny-*`` skipped),
+a fresh interpreter builds every component of the pipeline contract with the
+installed plugins (read_config → pipeline_contract → build_component →
+optimize_component; no weights are bound) and reports its wall time and peak RSS
+(``ru_maxrss`` of that process), per component and in total.
+
+(b) ``--synthetic-e2b DIR`` writes a synthetic E2B checkpoint in bfloat16 (real
+tensor names and shapes from transformers on the meta device, plus the unused
+KV-consumer ``k_proj``/``v_proj``/``k_norm`` tensors the real checkpoint carries;
+finite random bf16 values from a tiled random block) straight to sharded
+safetensors with numpy, then times ``cp -r`` of it and ``mobius.build(...,
+dtype="bf16")`` on the same disk in the same run, both followed by ``sync``. It
+prints peak RSS of the build (target ≤ 2 GiB) and the wall-time ratio build /
+copy. Needs ~30 GB free in DIR (checked first) and torch + transformers for the
+names; removes what it wrote unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CONFIGS = Path("/work/shared/fixtures/configs")
+SHARD_BYTES = 2 * 1024**3
+GiB = 1024**3
+
+# One child per measured build, so ru_maxrss is that build's alone.
+GRAPH_CHILD = r"""
+import json, resource, sys, time, traceback
+t0 = time.perf_counter()
+from mobius.config import read_config_file
+from mobius.plugins import PluginHost
+from mobius.records import BuildOptions
+folder, dtype, target = sys.argv[1:4]
+host = PluginHost.load()
+model_type, raw = read_config_file(folder)
+options = BuildOptions(dtype=dtype, target=target)
+config = host.read_config(model_type, raw)
+contract = host.pipeline_contract(model_type, config, options)
+t_setup = time.perf_counter() - t0
+parts = {}
+for comp in contract.components:
+    t = time.perf_counter()
+    try:
+        model = host.build_component(model_type, config, comp.name, options)
+        model = host.optimize_component(model, comp.name, options.target)
+        g = model.graph
+        parts[comp.name] = {"seconds": time.perf_counter() - t, "nodes": len(g),
+                            "initializers": len(g.initializers)}
+    except Exception as exc:
+        parts[comp.name] = {"seconds": time.perf_counter() - t,
+                            "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"}
+print(json.dumps({"model_type": model_type, "setup_s": t_setup, "components": parts,
+                  "wall_s": time.perf_counter() - t0,
+                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+"""
+
+BUILD_CHILD = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+import mobius
+src, out, dtype = sys.argv[1:4]
+try:
+    r = mobius.build(src, out, dtype=dtype, force=True)
+    info = {"components": dict(r.components), "n_tensors": r.n_tensors, "unused": len(r.unused)}
+except Exception as exc:
+    info = {"error": f"{type(exc).__name__}: {str(exc)[:400]}"}
+import os
+os.sync()
+info.update(wall_s=time.perf_counter() - t0,
+            peak_rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(json.dumps(info))
+"""
+
+
+def _child(code: str, *args: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=False
+    )
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit {done.returncode}: {tail}"}
+    return json.loads(lines[-1])
+
+
+def graph_only(dtype: str, target: str, configs: Path) -> None:
+    """(a) Graph-only build of every full-size config, one fresh process each."""
+    print(f"(a) graph-only builds, dtype {dtype}, target {target}")
+    print(f"{'config':<28}{'wall s':>8}{'setup s':>9}{'peak RSS':>11}  components")
+    for path in sorted(configs.glob("*.json")):
+        if path.name.startswith("tiny-"):
+            continue
+        with _config_folder(path) as folder:
+            res = _child(GRAPH_CHILD, str(folder), dtype, target)
+        if "error" in res:
+            print(f"{path.stem:<28}  ERROR {res['error']}")
+            continue
+        comps = ", ".join(
+            f"{n} {c['seconds']:.1f}s/{c['nodes']}n"
+            if "error" not in c
+            else f"{n} ERROR {c['error']}"
+            for n, c in res["components"].items()
+        )
+        print(
+            f"{path.stem:<28}{res['wall_s']:>8.1f}{res['setup_s']:>9.1f}"
+            f"{res['peak_rss'] / 2**20:>8.0f} MiB  {comps}"
+        )
+
+
+class _config_folder:
+    """A temporary folder holding only ``config.json`` (a weightless checkpoint)."""
+
+    def __init__(self, config: Path) -> None:
+        self.config = config
+
+    def __enter__(self) -> Path:
+        import tempfile
+
+        self.tmp = tempfile.TemporaryDirectory(prefix="mobius-bench-")
+        shutil.copy(self.config, Path(self.tmp.name) / "config.json")
+        return Path(self.tmp.name)
+
+    def __exit__(self, *exc: object) -> None:
+        self.tmp.cleanup()
+
+
+# ---------------------------------------------------------------- (b) synthetic E2B
+
+
+def e2b_tensor_shapes(config_path: Path) -> dict[str, tuple[int, ...]]:
+    """Checkpoint tensor names and shapes of E2B: HF model on the meta device + real quirks."""
+    import torch
+    from transformers.models.gemma4 import Gemma4Config, Gemma4ForConditionalGeneration
+
+    raw = json.loads(config_path.read_text())
+    config = Gemma4Config(**{k: v for k, v in raw.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = Gemma4ForConditionalGeneration(config)
+    shapes = {n: tuple(t.shape) for n, t in model.state_dict().items()}
+    shapes = {n: s for n, s in shapes.items() if not n.startswith("lm_head.")}  # tied
+    # The real E2B checkpoint also carries k/v projections for the KV-consumer layers.
+    text = raw["text_config"]
+    n_layers = text["num_hidden_layers"]
+    hidden = text["hidden_size"]
+    for i in range(n_layers - text.get("num_kv_shared_layers", 0), n_layers):
+        full = text["layer_types"][i] == "full_attention"
+        hd = text.get("global_head_dim", 512) if full else text["head_dim"]
+        kv = text["num_key_value_heads"] * hd
+        base = f"model.language_model.layers.{i}.self_attn."
+        shapes.setdefault(base + "k_proj.weight", (kv, hidden))
+        shapes.setdefault(base + "v_proj.weight", (kv, hidden))
+        shapes.setdefault(base + "k_norm.weight", (hd,))
+    return shapes
+
+
+def _random_bf16_block(n_values: int):
+    """Finite random bf16 bit patterns: random sign and mantissa, exponents near 2^-7."""
+    import numpy as np
+
+    bits = np.random.default_rng(0).integers(0, 2**16, size=n_values, dtype=np.uint16)
+    return (bits & np.uint16(0x807F)) | np.uint16(0x3C00)
+
+
+def write_synthetic_checkpoint(folder: Path, config_path: Path) -> int:
+    """Write sharded bf16 safetensors + index + config.json; return bytes of tensor data."""
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(config_path, folder / "config.json")
+    shapes = e2b_tensor_shapes(config_path)
+    shards: list[list[tuple[str, tuple[int, ...]]]] = [[]]
+    size = 0
+    for name in sorted(shapes):
+        nbytes = 2 * int(np.prod(shapes[name], dtype=np.int64))
+        if shards[-1] and size + nbytes > SHARD_BYTES:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, shapes[name]))
+        size += nbytes
+    block = _random_bf16_block(8 * 2**20).tobytes()  # 16 MiB, tiled
+    weight_map: dict[str, str] = {}
+    total = 0
+    for k, shard in enumerate(shards, start=1):
+        fname = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+        offset = 0
+        for name, shape in shard:
+            nbytes = 2 * int(np.prod(shape, dtype=np.int64))
+            header[name] = {
+                "dtype": "BF16",
+                "shape": list(shape),
+                "data_offsets": [offset, offset + nbytes],
+            }
+            offset += nbytes
+            weight_map[name] = fname
+        head = json.dumps(header, separators=(",", ":")).encode()
+        head += b" " * (-len(head) % 8)
+        with open(folder / fname, "wb") as f:
+            f.write(len(head).to_bytes(8, "little"))
+            f.write(head)
+            left = offset
+            while left:
+                chunk = block[: min(left, len(block))]
+                f.write(chunk)
+                left -= len(chunk)
+        total += offset
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
+    return total
+
+
+def synthetic_e2b(root: Path, config_path: Path, keep: bool) -> None:
+    """(b) Write, copy and build a synthetic full-size E2B; print RSS and ratios."""
+    root.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(root).free
+    if free < 30 * GiB:
+        print(f"(b) skipped: {free / GiB:.1f} GiB free in {root}, need ~30 GiB")
+        return
+    ckpt, copy, out = root / "e2b-synthetic", root / "e2b-copy", root / "e2b-package"
+    for p in (ckpt, copy, out):
+        shutil.rmtree(p, ignore_errors=True)
+    try:
+        t = time.perf_counter()
+        nbytes = write_synthetic_checkpoint(ckpt, config_path)
+        os.sync()
+        t_write = time.perf_counter() - t
+        print(
+            f"(b) synthetic E2B: {nbytes / GiB:.2f} GiB of bf16 tensors written in {t_write:.1f} s"
+        )
+
+        t = time.perf_counter()
+        subprocess.run(["cp", "-r", str(ckpt), str(copy)], check=True)
+        os.sync()
+        t_copy = time.perf_counter() - t
+        shutil.rmtree(copy, ignore_errors=True)
+        print(f"    cp -r + sync: {t_copy:.1f} s ({nbytes / GiB / t_copy:.2f} GiB/s)")
+
+        res = _child(BUILD_CHILD, str(ckpt), str(out), "bf16")
+        if "error" in res:
+            print(f"    build ERROR: {res['error']}")
+        else:
+            sizes = ", ".join(f"{n} {s / GiB:.2f} GiB" for n, s in res["components"].items())
+            print(f"    mobius build --dtype bf16: {res['n_tensors']} tensors, {sizes}")
+        print(
+            f"    build wall {res['wall_s']:.1f} s = {res['wall_s'] / t_copy:.2f} × cp -r; "
+            f"peak RSS {res['peak_rss'] / GiB:.2f} GiB (target ≤ 2 GiB, "
+            f"{res['peak_rss'] / (2 * GiB):.2f} × target)"
+        )
+    finally:
+        if not keep:
+            for p in (ckpt, copy, out):
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--configs", type=Path, default=CONFIGS, help="folder of full-size configs")
+    ap.add_argument("--dtype", default="bf16", choices=["f32", "f16", "bf16"])
+    ap.add_argument("--target", default="default", choices=["default", "cpu", "cuda"])
+    ap.add_argument("--skip-graph", action="store_true", help="skip (a)")
+    ap.add_argument("--synthetic-e2b", type=Path, metavar="DIR", help="run (b) in DIR (~30 GB)")
+    ap.add_argument("--keep", action="store_true", help="keep (b)'s checkpoint and package")
+    args = ap.parse_args(argv)
+    if not args.skip_graph:
+        graph_only(args.dtype, args.target, args.configs)
+    if args.synthetic_e2b:
+        synthetic_e2b(args.synthetic_e2b, args.configs / "gemma-4-E2B-it.json", args.keep)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

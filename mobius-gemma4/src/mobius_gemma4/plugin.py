@@ -1,0 +1,79 @@
+"""The mobius hook implementations of the Gemma 4 family.
+
+Import-light on purpose: ``mobius plugins`` and ``mobius --help`` import this module, so
+onnx / onnxscript / numpy-heavy builders are imported inside the hook bodies only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mobius import hookimpl
+from mobius.errors import BuildError
+from mobius.records import BuildOptions, ModelTypeInfo
+
+
+@hookimpl
+def mobius_model_types() -> list[ModelTypeInfo]:
+    return [
+        ModelTypeInfo(
+            "gemma4",
+            tasks=("text-generation",),
+            modalities=("text",),
+            description="Gemma 4 (E2B, E4B, 26B-A4B, 31B): embedding + decoder (text; vision/audio later)",
+        ),
+        ModelTypeInfo(
+            "gemma4_text",
+            tasks=("text-generation",),
+            modalities=("text",),
+            description="Gemma 4 text-only causal LM: single model graph",
+        ),
+    ]
+
+
+@hookimpl
+def mobius_read_config(model_type: str, raw: dict[str, Any]):
+    from mobius_gemma4.config import read_config
+
+    return read_config(model_type, raw)
+
+
+@hookimpl
+def mobius_pipeline_contract(config, options: BuildOptions):
+    from mobius_gemma4.contract import pipeline_contract
+
+    return pipeline_contract(config, options)
+
+
+@hookimpl
+def mobius_build_component(config, component: str, options: BuildOptions):
+    from mobius_gemma4.build import build_component
+
+    return build_component(config, component, options)
+
+
+@hookimpl
+def mobius_weight_plan(config, component: str, checkpoint, options: BuildOptions):
+    from mobius_gemma4.weights.text import text_weight_plan
+
+    if component not in ("model", "embedding", "decoder"):
+        raise BuildError(
+            f"Gemma 4 has no component {component!r}",
+            where="mobius_gemma4.plugin.mobius_weight_plan",
+            fix="components are model (gemma4_text), embedding and decoder (gemma4)",
+        )
+    return text_weight_plan(config, component, checkpoint, options.dtype)
+
+
+@hookimpl
+def mobius_processors(config):
+    from mobius_gemma4.processors import text_processors
+
+    return text_processors(config)
+
+
+@hookimpl
+def mobius_runtime_files(config, contract, checkpoint, options: BuildOptions):
+    from mobius_gemma4.genai_config import runtime_files
+
+    return runtime_files(config, contract, checkpoint, options)

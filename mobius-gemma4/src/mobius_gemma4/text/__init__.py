@@ -1,0 +1,1 @@
+"""Gemma 4 text decoder graphs: the single ``model`` graph and the ``embedding`` / ``decoder`` split."""

@@ -1,0 +1,72 @@
+"""The ``embedding`` graph of the split package (reference §8.2), run at every step.
+
+``input_ids`` → placeholders (image/video/audio) mapped to ``pad_token_id`` as HF's
+``Gemma4Model`` does → scaled ``embed_tokens`` lookup → ``inputs_embeds``; with PLE also
+the combined ``per_layer_inputs`` from the same mapped ids and the merged embeddings.
+The vision/audio issue adds ``image_features`` / ``audio_features`` inputs and scatters
+them into the embeddings in :func:`merge_media` before the PLE projection (HF projects
+the merged embeddings, with pad rows at placeholder positions for the token part).
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius.components.dtypes import ir_dtype
+from mobius.components.graph import finish_model, new_graph
+from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE
+from mobius_gemma4.config import Gemma4Config, embed_scale
+from mobius_gemma4.ports import embedding_ports
+from mobius_gemma4.text.graph_io import declare_inputs, declare_outputs, inline_constants
+from mobius_gemma4.text.per_layer_embeddings import Gemma4PerLayerEmbedder
+from mobius_gemma4.text.primitives import ScaledEmbedding
+
+
+def map_placeholders(op, ids, placeholder_ids: tuple[int, ...], pad: int):
+    """``where(ids ∈ placeholders, pad, ids)``."""
+    if not placeholder_ids:
+        return ids
+    hit = None
+    for t in placeholder_ids:
+        eq = op.Equal(ids, op.Constant(value_int=t))
+        hit = eq if hit is None else op.Or(hit, eq)
+    return op.Where(hit, op.Constant(value_int=pad), ids)
+
+
+def merge_media(op, embeds, ins):
+    """Scatter soft tokens into ``embeds``; text-only packages have none yet (extension point)."""
+    return embeds
+
+
+class Gemma4Embedding(nn.Module):
+    def __init__(self, config: Gemma4Config, build_dtype: str) -> None:
+        super().__init__("")
+        text, dtype = config.text, ir_dtype(build_dtype)
+        self.config = config
+        self.embed_tokens = ScaledEmbedding(
+            text.vocab_size, text.hidden_size, embed_scale(text.hidden_size, build_dtype), dtype
+        )
+        if text.has_ple:
+            self.ple = Gemma4PerLayerEmbedder(text, dtype, build_dtype)
+            self.ple._set_name("")
+
+    def forward(self, op, ins):
+        cfg = self.config
+        ids = map_placeholders(
+            op, ins["input_ids"], cfg.placeholder_token_ids, cfg.text.pad_token_id
+        )
+        embeds = merge_media(op, self.embed_tokens(op, ids), ins)
+        out = {"inputs_embeds": embeds}
+        if cfg.text.has_ple:
+            out["per_layer_inputs"] = self.ple(op, ids, embeds)
+        return out
+
+
+def build_embedding(config: Gemma4Config, build_dtype: str) -> ir.Model:
+    graph, builder, op = new_graph("gemma4_embedding")
+    inputs, outputs = embedding_ports(config.text, PORT_DTYPE_OF_BUILD_DTYPE[build_dtype])
+    ins = declare_inputs(builder, inputs)
+    declare_outputs(builder, outputs, Gemma4Embedding(config, build_dtype)(op, ins))
+    inline_constants(graph)
+    return finish_model(graph, builder=builder)

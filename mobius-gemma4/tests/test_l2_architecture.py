@@ -1,0 +1,71 @@
+"""L2: the full-size Gemma 4 configs build graph-only (no weights, nothing allocated) within
+60 s; KV geometry and parameter counts equal what HF 5.24 computes on the meta device
+(``data/l2_expected.json``, made by ``data/make_l2_expected.py``; this test never imports
+torch).
+
+Counting: graph parameters are the non-constant initializers (those without data) of a
+component. The split package's decoder holds its own ``lm_head`` copy of ``embed_tokens``,
+so the expected decoder count is HF's non-embedding text parameters + V·H; the single
+``model`` graph of a text build shares one table (embedding + decoder − V·H).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import onnx_ir as ir
+import pytest
+
+from mobius.records import BuildOptions
+from mobius_gemma4.build import build_component
+from mobius_gemma4.config import read_config
+
+CONFIGS = Path("/work/shared/fixtures/configs")
+EXPECTED = json.loads((Path(__file__).parent / "data" / "l2_expected.json").read_text())
+
+
+def _params(model: ir.Model) -> int:
+    total = 0
+    for value in model.graph.initializers.values():
+        if value.const_value is None:
+            total += math.prod(int(d) for d in value.shape)
+    return total
+
+
+def _kv_geometry(model: ir.Model) -> list[list[int]]:
+    dims = {}
+    for value in model.graph.inputs:
+        if value.name.startswith("past_key_values.") and value.name.endswith(".key"):
+            i = int(value.name.split(".")[1])
+            dims[i] = [int(value.shape[1]), int(value.shape[3])]
+    assert sorted(dims) == list(range(len(dims)))
+    return [dims[i] for i in range(len(dims))]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_full_size_split_build(name):
+    expected = EXPECTED[name]
+    config = read_config("gemma4", json.loads((CONFIGS / name).read_text()))
+    options = BuildOptions(dtype="bf16")
+    start = time.perf_counter()
+    embedding = build_component(config, "embedding", options)
+    decoder = build_component(config, "decoder", options)
+    assert time.perf_counter() - start < 60
+    assert _kv_geometry(decoder) == expected["cache_geometry"]
+    assert len(expected["cache_geometry"]) == expected["num_cache_layers"]
+    assert _params(embedding) == expected["embedding_params"]
+    assert _params(decoder) == expected["decoder_params"]
+
+
+def test_text_only_single_graph_shares_the_table():
+    name = "gemma-4-E2B-it.json"
+    raw = json.loads((CONFIGS / name).read_text())["text_config"]
+    config = read_config("gemma4_text", raw)
+    model = build_component(config, "model", BuildOptions(dtype="bf16"))
+    e = EXPECTED[name]
+    tied_table = config.text.vocab_size * config.text.hidden_size
+    assert _params(model) == e["embedding_params"] + e["decoder_params"] - tied_table
+    assert _kv_geometry(model) == e["cache_geometry"]
