@@ -1,4 +1,4 @@
-"""The ``mobius`` entry point of mobius-testing: adds ``mobius harness``.
+"""The ``mobius`` entry point of mobius-testing: adds ``mobius harness`` and ``mobius golden``.
 
 Import-light on purpose (only ``mobius.hookspecs`` and, inside the command,
 typer): the CLI imports every plugin module before it parses arguments, so
@@ -66,7 +66,10 @@ def harness_report() -> str:
 
 @hookimpl
 def mobius_add_commands(app: typer.Typer) -> None:
-    """Add ``mobius harness``: the harness levels and whether L3 can run here."""
+    """Add ``mobius harness`` (the levels, whether L3 can run here) and ``mobius golden``."""
+    from mobius_testing.golden_cli import app as golden_app
+
+    app.add_typer(golden_app, name="golden")
 
     @app.command("harness")
     def harness() -> None:
