@@ -418,25 +418,29 @@ class PluginHost:
 
     def read_config(self, model_type: str, raw: dict[str, Any]) -> Any:
         """The owner's typed config for ``raw`` (``mobius_read_config``)."""
-        return self.call_owner(model_type, "mobius_read_config", model_type=model_type, raw=raw)
+        hook = "mobius_read_config"
+        answer = self.call_owner(model_type, hook, model_type=model_type, raw=raw)
+        return self._checked(model_type, hook, answer, object, "a config object")
 
     def pipeline_contract(self, model_type: str, config: Any, options: BuildOptions) -> Contract:
         """The owner's pipeline contract (``mobius_pipeline_contract``)."""
-        return self.call_owner(
-            model_type, "mobius_pipeline_contract", config=config, options=options
-        )
+        from mobius.contract import Contract
+
+        hook = "mobius_pipeline_contract"
+        answer = self.call_owner(model_type, hook, config=config, options=options)
+        return self._checked(model_type, hook, answer, Contract, "a mobius.contract.Contract")
 
     def build_component(
         self, model_type: str, config: Any, component: str, options: BuildOptions
     ) -> ir.Model:
         """The owner's graph for ``component`` (``mobius_build_component``)."""
-        return self.call_owner(
-            model_type,
-            "mobius_build_component",
-            config=config,
-            component=component,
-            options=options,
+        import onnx_ir as ir
+
+        hook = "mobius_build_component"
+        answer = self.call_owner(
+            model_type, hook, config=config, component=component, options=options
         )
+        return self._checked(model_type, hook, answer, ir.Model, "an onnx_ir.Model")
 
     def weight_plan(
         self,
@@ -447,14 +451,18 @@ class PluginHost:
         options: BuildOptions,
     ) -> WeightPlan:
         """The owner's weight plan for ``component`` (``mobius_weight_plan``)."""
-        return self.call_owner(
+        from mobius.weights import WeightPlan
+
+        hook = "mobius_weight_plan"
+        answer = self.call_owner(
             model_type,
-            "mobius_weight_plan",
+            hook,
             config=config,
             component=component,
             checkpoint=checkpoint,
             options=options,
         )
+        return self._checked(model_type, hook, answer, WeightPlan, "a mobius.weights.WeightPlan")
 
     def processors(self, model_type: str, config: Any) -> Processors:
         """The owner's numpy preprocessing (``mobius_processors``)."""
@@ -479,7 +487,18 @@ class PluginHost:
             "checkpoint": checkpoint,
             "options": options,
         }
-        return list(self._guarded(owner, "mobius_runtime_files", impl, kwargs) or [])
+        from mobius.records import RuntimeFile
+
+        hook = "mobius_runtime_files"
+        answer = self._guarded(owner, hook, impl, kwargs)
+        if answer is None:
+            return []
+        files = list(_check_answer(owner, hook, answer, (list, tuple), "a list of RuntimeFile"))
+        for item in files:
+            self._checked(
+                model_type, hook, item, RuntimeFile, "only RuntimeFile records in its list"
+            )
+        return files
 
     # ---------------------------------------------------------------- broadcast hooks
 
@@ -490,7 +509,9 @@ class PluginHost:
             kwargs = {"model": model, "component": component, "target": target}
             answer = self._guarded(impl.plugin_name, hook, impl, kwargs)
             if answer is not None:
-                model = answer
+                model = _check_answer(
+                    impl.plugin_name, hook, answer, type(model), "an onnx_ir.Model or None"
+                )
         return model
 
     def open_checkpoint(self, source: str, revision: str | None) -> Checkpoint | None:
@@ -527,6 +548,9 @@ class PluginHost:
 
     # ---------------------------------------------------------------- helpers
 
+    def _checked(self, model_type: str, hook: str, answer: Any, kind: type, expected: str) -> Any:
+        return _check_answer(self.owner(model_type), hook, answer, kind, expected)
+
     def _guarded(self, plugin: str, hook: str, impl: Any, kwargs: dict[str, Any]) -> Any:
         try:
             return _call_impl(impl, kwargs)
@@ -549,6 +573,23 @@ class PluginHost:
 
 
 # --------------------------------------------------------------------------- pluggy helpers
+
+
+def _check_answer(
+    plugin: str, hook: str, answer: Any, kind: type | tuple[type, ...], expected: str
+) -> Any:
+    """``answer`` if it is a ``kind`` (and not None); else a PluginError naming plugin and hook.
+
+    Why: a hook that returns nothing or the wrong thing would otherwise fail
+    later, deep in core, as an AttributeError that blames no one.
+    """
+    if answer is None or not isinstance(answer, kind):
+        raise PluginError(
+            f"plugin {plugin} returned {type(answer).__name__} from {hook}, expected {expected}",
+            where=f"plugin {plugin}, hook {hook}",
+            fix="this is a bug in the plugin; report it to the plugin's authors",
+        )
+    return answer
 
 
 def _describe(exc: BaseException) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import typer
 
-from mobius.cli import cmd_build, cmd_inspect, cmd_plugins
+from mobius.cli import cmd_build, cmd_inspect, cmd_plugins, cmd_verify
 from mobius.cli._common import format_error, version_callback
 
 
@@ -48,6 +48,7 @@ def make_app() -> typer.Typer:
     cmd_plugins.register(app)
     cmd_build.register(app)
     cmd_inspect.register(app)
+    cmd_verify.register(app)
     return app
 
 

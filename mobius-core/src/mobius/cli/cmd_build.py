@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from enum import Enum
 from typing import Annotated, Any
 
@@ -88,6 +90,51 @@ class RichProgress:
         self.progress.console.print(f"[dim]{text}[/dim]", highlight=False)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread like KeyboardInterrupt so cleanup code runs.
+
+    A BaseException so that plugin error handling (``except Exception``) does
+    not turn it into a plugin bug.
+    """
+
+
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+"""Shell conventions: 128 + signal number."""
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Let SIGINT and SIGTERM stop a build cleanly: the package writer removes its
+    temporary folder on the way out, then the command exits 130 / 143.
+
+    Why: Python's default SIGTERM kills the process without unwinding, leaving a
+    temporary sibling of OUT behind; click turns KeyboardInterrupt into exit 1.
+    """
+    import signal
+    import threading
+
+    previous: Any = None
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+
+        def on_sigterm(signum: int, frame: object) -> None:
+            raise Terminated
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    except KeyboardInterrupt:
+        typer.echo("interrupted (SIGINT): build stopped, temporary files removed", err=True)
+        raise typer.Exit(code=EXIT_SIGINT) from None
+    except Terminated:
+        typer.echo("terminated (SIGTERM): build stopped, temporary files removed", err=True)
+        raise typer.Exit(code=EXIT_SIGTERM) from None
+    finally:
+        if main_thread and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def human_size(n: float) -> str:
     """Bytes in binary units, e.g. ``1.5 MiB``."""
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -118,7 +165,7 @@ def register(app: typer.Typer) -> None:
         debug: Annotated[bool, typer.Option("--debug", help=DEBUG_HELP)] = False,
     ) -> None:
         """Build SOURCE (a checkpoint) into a model package at OUT."""
-        with user_errors(ctx, debug):
+        with user_errors(ctx, debug), interruptible():
             from mobius.builder import build as run_build
 
             host = get_host(ctx)
