@@ -14,7 +14,13 @@ from mobius.errors import ContractError
 from mobius.records import BuildOptions
 from mobius_gemma4.audio import build_audio_encoder, read_audio_config
 
-TINY = Path("/work/shared/fixtures/configs/tiny-hubstyle.json")
+TINY = (
+    Path(__file__).resolve().parents[2].parent
+    / "shared"
+    / "fixtures"
+    / "configs"
+    / "tiny-hubstyle.json"
+)
 H = 64
 
 

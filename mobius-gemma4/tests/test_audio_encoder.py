@@ -13,7 +13,13 @@ from mobius.records import BuildOptions
 from mobius.weights import bind
 from mobius_gemma4.audio import audio_weight_plan, build_audio_encoder, read_audio_config
 
-TINY = Path("/work/shared/fixtures/configs/tiny-hubstyle.json")
+TINY = (
+    Path(__file__).resolve().parents[2].parent
+    / "shared"
+    / "fixtures"
+    / "configs"
+    / "tiny-hubstyle.json"
+)
 
 
 def _raw() -> dict:

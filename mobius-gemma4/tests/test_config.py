@@ -10,7 +10,7 @@ import pytest
 from mobius.errors import ConfigError
 from mobius_gemma4.config import FULL, SLIDING, read_config, read_text_config
 
-CONFIGS = Path("/work/shared/fixtures/configs")
+CONFIGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "configs"
 
 
 def _load(name: str) -> dict:

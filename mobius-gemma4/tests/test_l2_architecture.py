@@ -23,7 +23,7 @@ from mobius.records import BuildOptions
 from mobius_gemma4.build import build_component
 from mobius_gemma4.config import read_config
 
-CONFIGS = Path("/work/shared/fixtures/configs")
+CONFIGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "configs"
 EXPECTED = json.loads((Path(__file__).parent / "data" / "l2_expected.json").read_text())
 
 
@@ -43,6 +43,24 @@ def _kv_geometry(model: ir.Model) -> list[list[int]]:
             dims[i] = [int(value.shape[1]), int(value.shape[3])]
     assert sorted(dims) == list(range(len(dims)))
     return [dims[i] for i in range(len(dims))]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_full_size_encoders_and_contract(name):
+    """Vision (all) and audio (E2B/E4B) encoders hold HF's tower + embedder parameters, and
+    the contract of the whole package validates against the graphs."""
+    from mobius.contract import validate
+    from mobius_gemma4.contract import pipeline_contract, text_components
+
+    expected = EXPECTED[name]["encoder_params"]
+    config = read_config("gemma4", json.loads((CONFIGS / name).read_text()))
+    options = BuildOptions(dtype="bf16")
+    names = text_components(config, options)
+    assert [c for c in names if c.endswith("_encoder")] == sorted(expected, reverse=True)
+    graphs = {c: build_component(config, c, options) for c in names}
+    for comp, count in expected.items():
+        assert _params(graphs[comp]) == count, comp
+    validate(pipeline_contract(config, options), graphs)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

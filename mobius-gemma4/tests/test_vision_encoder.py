@@ -18,7 +18,13 @@ from mobius_gemma4.vision import (
     vision_weight_plan,
 )
 
-TINY = Path("/work/shared/fixtures/configs/tiny-hubstyle.json")
+TINY = (
+    Path(__file__).resolve().parents[2].parent
+    / "shared"
+    / "fixtures"
+    / "configs"
+    / "tiny-hubstyle.json"
+)
 
 
 def _raw() -> dict:

@@ -10,6 +10,9 @@ Counting rules (matching how the mobius graphs hold weights):
   checkpoint tensor (``layer_scalar``) + the lm_head copy (V·H; tied heads are counted
   again in the decoder because the split package stores a second copy).
 - model (single graph of gemma4_text) = embedding + decoder − V·H when tied (one shared table).
+- vision_encoder = ``model.vision_tower.*`` + ``model.embed_vision.*`` parameters and
+  persistent buffers (clip bounds, std_bias/std_scale) that a checkpoint carries;
+  audio_encoder likewise for ``audio_tower`` / ``embed_audio`` (only with audio_config).
 """
 
 import json
@@ -21,7 +24,7 @@ from transformers import Gemma4Config, Gemma4ForConditionalGeneration
 HERE = Path(__file__).parent
 CONFIGS = HERE.parents[2].parent / "shared" / "fixtures" / "configs"
 if not CONFIGS.exists():
-    CONFIGS = Path("/work/shared/fixtures/configs")
+    CONFIGS = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "configs"
 EMBED = (
     "embed_tokens.",
     "embed_tokens_per_layer.",
@@ -59,12 +62,22 @@ for path in sorted(CONFIGS.glob("gemma-4-*.json")):
     for i in range(first):
         attn = lm.layers[i].self_attn
         cache.append([attn.k_proj.out_features // attn.head_dim, attn.head_dim])
+    towers = {}
+    for comp, names in (
+        ("vision_encoder", ("vision_tower", "embed_vision")),
+        ("audio_encoder", ("audio_tower", "embed_audio")),
+    ):
+        mods = [getattr(model.model, n, None) for n in names]
+        if any(m is None for m in mods):
+            continue
+        towers[comp] = sum(t.numel() for m in mods for t in m.state_dict().values())
     out[path.name] = {
         "num_cache_layers": first,
         "cache_geometry": cache,
         "embedding_params": emb,
         "decoder_params": dec,
         "language_model_params": sum(t.numel() for t in tensors.values()),
+        "encoder_params": towers,
     }
 (HERE / "l2_expected.json").write_text(json.dumps(out, indent=2) + "\n")
 print(

@@ -15,7 +15,13 @@ from typing import Any
 
 import numpy as np
 
-TINY = Path("/work/shared/fixtures/configs/tiny-hubstyle.json")
+TINY = (
+    Path(__file__).resolve().parents[3].parent
+    / "shared"
+    / "fixtures"
+    / "configs"
+    / "tiny-hubstyle.json"
+)
 
 
 def tiny_raw(**overrides: Any) -> dict:
