@@ -68,6 +68,14 @@ def parse_config_text(text: str, *, where: str) -> dict[str, Any]:
             where=f"{where}:{exc.lineno}:{exc.colno}",
             fix="repair the file (or download it again)",
         ) from exc
+    except (RecursionError, ValueError) as exc:
+        # nesting deeper than the parser's recursion limit, or an integer longer
+        # than Python's int-conversion limit: not a config any model has
+        raise ConfigError(
+            f"{CONFIG_NAME} cannot be parsed: {type(exc).__name__}: {str(exc)[:200]}",
+            where=where,
+            fix="repair the file (or download it again)",
+        ) from exc
     if not isinstance(raw, dict):
         raise ConfigError(
             f"{CONFIG_NAME} must hold a JSON object, found {type(raw).__name__}",

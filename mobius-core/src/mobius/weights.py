@@ -7,11 +7,19 @@ against the graph from safetensors headers alone (shapes and dtypes are computed
 not read) and attaches an ``onnx_ir.LazyTensor`` to each initializer. The package
 writer materializes those one at a time, so peak memory stays near the largest
 single tensor rather than the whole model.
+
+When a floating-point initializer is materialized it is scanned (chunked, with
+``np.isfinite``) for NaN and infinite values; any found are reported with a
+:class:`NonFiniteWeightWarning` (a ``warnings.warn``, so ``-W error::...`` or a
+warnings filter can turn it into a failure) naming the initializer and the
+checkpoint tensors it came from. It is a warning, not an error: some checkpoints
+carry deliberate ``-inf`` masks, and the user decides.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +65,36 @@ IR_DTYPES: dict[str, ir.DataType] = {
 
 _NAME_OF_IR = {v: k for k, v in IR_DTYPES.items()}
 _FLOATS = ("float32", "float16", "bfloat16", "float64")
+_HALF_FLOATS = ("float16", "bfloat16")
+
+FINITE_CHECK_CHUNK = 1 << 22
+"""Elements scanned per ``np.isfinite`` call, so the check's scratch memory stays small."""
+
+
+class NonFiniteWeightWarning(UserWarning):
+    """An initializer holds NaN or infinite values (after its weight-plan transforms)."""
+
+
+def cast_problem(src: str, dst: str) -> str | None:
+    """Why a weight plan may not cast ``src`` to ``dst`` (mobius dtype names), or None.
+
+    Floats convert among themselves. Integer and bool data never become 16-bit
+    floats (they would silently lose values above 256 or 2048), floats never become
+    integers or bool (truncation), and nothing but bool becomes bool. Integers may
+    widen or narrow among integer types and become float32 / float64.
+    """
+    if src == dst:
+        return None
+    if dst not in NUMPY_DTYPES:
+        return f"{dst!r} is not a weight dtype"
+    if src in _FLOATS:
+        return None if dst in _FLOATS else f"casting {src} to {dst} would truncate the values"
+    if dst == "bool":
+        return f"casting {src} to bool would collapse the values to 0/1"
+    if dst in _HALF_FLOATS:
+        return f"{src} data cannot be cast to {dst} without losing values"
+    return None
+
 
 Shape = tuple[int, ...]
 
@@ -214,7 +252,15 @@ class _Cast(TensorExpr):
         return (self.src,)
 
     def shape_dtype(self, checkpoint: Checkpoint) -> tuple[Shape, str]:
-        shape, _ = self.src.shape_dtype(checkpoint)
+        shape, src = self.src.shape_dtype(checkpoint)
+        problem = cast_problem(src, self.dtype)
+        if problem is not None:
+            raise WeightPlanError(
+                f"cannot cast: {problem}",
+                where=repr(self),
+                fix="cast only floating-point weights between float dtypes; keep integer "
+                "tensors integer (or cast them to float32 explicitly first)",
+            )
         return shape, self.dtype
 
     def evaluate(self, checkpoint: Checkpoint) -> np.ndarray:
@@ -224,7 +270,8 @@ class _Cast(TensorExpr):
             return array
         if array.dtype == NUMPY_DTYPES["bfloat16"] and target != NUMPY_DTYPES["float32"]:
             array = array.astype(np.float32)  # ml_dtypes casts exactly through float32
-        return array.astype(target)
+        with np.errstate(over="ignore"):  # overflow to inf is reported by the finite check
+            return array.astype(target)
 
 
 @dataclass(frozen=True, eq=False)
@@ -452,19 +499,63 @@ def _graph_shape(value: ir.Value) -> tuple[int, ...] | None:
     return tuple(dims)
 
 
-def _loader(expr: TensorExpr, checkpoint: Checkpoint, dtype: str, name: str) -> Callable[[], Any]:
+def count_non_finite(array: np.ndarray) -> tuple[int, int]:
+    """(NaN count, infinity count) of a float array, scanned in bounded chunks; (0, 0) else."""
+    if array.dtype not in {NUMPY_DTYPES[f] for f in _FLOATS} or array.size == 0:
+        return 0, 0
+    flat = array.reshape(-1)
+    nan = inf = 0
+    for start in range(0, flat.size, FINITE_CHECK_CHUNK):
+        chunk = flat[start : start + FINITE_CHECK_CHUNK]
+        finite = np.isfinite(chunk)
+        if finite.all():
+            continue
+        bad = int(chunk.size - np.count_nonzero(finite))
+        chunk_nan = int(np.count_nonzero(np.isnan(chunk)))
+        nan += chunk_nan
+        inf += bad - chunk_nan
+    return nan, inf
+
+
+def _loader(
+    expr: TensorExpr, checkpoint: Checkpoint, dtype: str, name: str, component: str
+) -> Callable[[], Any]:
     np_dtype = NUMPY_DTYPES[dtype]
     ir_dtype = IR_DTYPES[dtype]
+    checked = False
 
     def load() -> ir.Tensor:
+        nonlocal checked
         array = expr.evaluate(checkpoint)
         if array.dtype != np_dtype:  # shape_dtype said so; guard against a lying constant
             array = array.astype(np_dtype)
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array).reshape(array.shape)  # keeps 0-d shapes
+        if not checked:  # a lazy tensor may be loaded more than once; warn once
+            checked = True
+            _warn_non_finite(array, expr, name, component)
         return ir.Tensor(np.asarray(array), dtype=ir_dtype, name=name)
 
     return load
+
+
+def _warn_non_finite(array: np.ndarray, expr: TensorExpr, name: str, component: str) -> None:
+    nan, inf = count_non_finite(array)
+    if not nan and not inf:
+        return
+    sources = sorted(set(expr.refs()))
+    origin = (
+        f"from checkpoint tensor(s) {', '.join(map(repr, sources))}" if sources else "a constant"
+    )
+    found = " and ".join(f"{n} {kind}" for n, kind in ((nan, "NaN"), (inf, "infinite")) if n)
+    warnings.warn(
+        f"initializer {name!r} of component {component!r} ({origin}, planned as {expr!r}) "
+        f"holds {found} value(s) out of {array.size}; the model may produce NaN. "
+        "Check the checkpoint (re-download it) or, if values overflowed a cast to float16, "
+        "build with --dtype bf16 or f32",
+        NonFiniteWeightWarning,
+        stacklevel=2,
+    )
 
 
 def bind(
@@ -538,7 +629,7 @@ def bind(
 
     for name, (expr, shape, dtype) in resolved.items():
         initializers[name].const_value = ir.LazyTensor(
-            _loader(expr, checkpoint, dtype, name),
+            _loader(expr, checkpoint, dtype, name, component),
             dtype=IR_DTYPES[dtype],
             shape=ir.Shape(shape),
             name=name,

@@ -64,8 +64,10 @@ class Checkpoint:
         *,
         no_weights_reason: str | None = None,
         no_weights_fix: str | None = None,
+        confine: Path | None = None,
     ) -> None:
         self.root = Path(root)
+        self._confine = confine
         self.source = source
         self.raw_config = raw_config
         self.tensors: Mapping[str, TensorInfo] = MappingProxyType(dict(tensors))
@@ -108,9 +110,18 @@ class Checkpoint:
         return read_tensor(self.info(name))
 
     def file(self, relative: str) -> Path | None:
-        """Path of a side file such as ``tokenizer.json`` inside the checkpoint, or None."""
+        """Path of a side file such as ``tokenizer.json`` inside the checkpoint, or None.
+
+        A file that is a symlink leading out of the checkpoint folder raises
+        :class:`CheckpointError` rather than being handed to a reader.
+        """
         rel = PurePosixPath(relative.replace("\\", "/"))
         if rel.is_absolute() or ".." in rel.parts or not rel.parts:
             return None
         path = self.root.joinpath(*rel.parts)
-        return path if path.is_file() else None
+        if not path.is_file():
+            return None
+        from mobius.checkpoint.local import confined
+
+        confined(path, self._confine if self._confine is not None else self.root.resolve())
+        return path

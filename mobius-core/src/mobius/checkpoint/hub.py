@@ -55,7 +55,12 @@ def open_hub(
     folder = _snapshot(repo_id, revision)
     commit = folder.name if _COMMIT.fullmatch(folder.name) else None
     info = SourceInfo(source=repo_id, kind="hub", revision=revision, commit=commit)
-    return open_folder(folder, info, require_weights=require_weights, trust_blob_names=True)
+    # Snapshot files are symlinks into the repository's blob store: confine reads to the
+    # repository folder (models--owner--name), not just the snapshot.
+    confine = folder.parent.parent if folder.parent.name == "snapshots" else folder
+    return open_folder(
+        folder, info, require_weights=require_weights, trust_blob_names=True, confine=confine
+    )
 
 
 def _snapshot(repo_id: str, revision: str | None) -> Path:

@@ -4,6 +4,11 @@ Weights are found in this order: ``model.safetensors.index.json`` (sharded; the
 index is validated against the shards), else ``model.safetensors``, else every
 ``*.safetensors`` in the folder. Pickle weights (``*.bin``, ``*.pt`` …) are never
 loaded: unpickling runs arbitrary code, so mobius reads only safetensors.
+
+A checkpoint is untrusted input: every file mobius reads from it must stay inside
+its folder (shard names in the index are plain file names; symlinks may point to
+another file of the folder — or, for a Hub snapshot, to the repository's blob
+store — but never elsewhere), and one tensor may be claimed by one shard only.
 """
 
 from __future__ import annotations
@@ -81,16 +86,24 @@ def open_local(
 
 
 def open_folder(
-    root: Path, info: SourceInfo, *, require_weights: bool, trust_blob_names: bool = False
+    root: Path,
+    info: SourceInfo,
+    *,
+    require_weights: bool,
+    trust_blob_names: bool = False,
+    confine: Path | None = None,
 ) -> Checkpoint:
     """Build a :class:`Checkpoint` from a folder and partial provenance (used by every opener).
 
     ``trust_blob_names``: in a HuggingFace cache snapshot, weight files are
     symlinks to blobs named by their sha256; reuse that name instead of hashing
-    gigabytes again.
+    gigabytes again. ``confine``: the folder every file read must resolve into
+    (default ``root``; a Hub snapshot passes its repository cache folder, whose
+    ``blobs/`` its symlinks point to).
     """
-    raw_config = _read_config(root)
-    weight_files, index_file, tensors = _find_tensors(root)
+    jail = _real(confine if confine is not None else root, root)
+    raw_config = _read_config(root, jail)
+    weight_files, index_file, tensors = _find_tensors(root, jail)
 
     reason = fix = None
     if not tensors:
@@ -107,7 +120,11 @@ def open_folder(
     hashed = [root / "config.json", *weight_files]
     if index_file is not None:
         hashed.append(index_file)
-    hashed += [root / name for name in SIDE_FILES if (root / name).is_file()]
+    for name in SIDE_FILES:
+        side = root / name
+        if side.is_file():
+            confined(side, jail)
+            hashed.append(side)
     files = {
         p.relative_to(root).as_posix(): file_sha256(p, trust_blob_names=trust_blob_names)
         for p in hashed
@@ -120,7 +137,13 @@ def open_folder(
         files=dict(sorted(files.items())),
     )
     checkpoint = Checkpoint(
-        root, source, raw_config, tensors, no_weights_reason=reason, no_weights_fix=fix
+        root,
+        source,
+        raw_config,
+        tensors,
+        no_weights_reason=reason,
+        no_weights_fix=fix,
+        confine=jail,
     )
     if require_weights:
         checkpoint.require_weights()
@@ -140,7 +163,85 @@ def file_sha256(path: Path, *, trust_blob_names: bool = False) -> str:
     return digest.hexdigest()
 
 
-def _read_config(root: Path) -> dict[str, Any]:
+def _real(path: Path, where: Path) -> Path:
+    """``path`` with every symlink resolved; CheckpointError for loops and unreadable links."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: symlink loop (Python < 3.13)
+        raise CheckpointError(
+            f"cannot resolve {path.name!r}: {exc}",
+            where=str(where),
+            fix="remove the broken or looping symlink from the checkpoint folder",
+        ) from exc
+
+
+def confined(path: Path, jail: Path) -> Path:
+    """The real path of ``path``, which must lie inside ``jail`` (already resolved).
+
+    A symlink to another file of the checkpoint is fine; one that leaves it (to
+    ``~/.ssh/…``, ``/etc/…`` or another model) is refused, so a downloaded folder
+    cannot make mobius read, hash or package files it does not contain.
+    """
+    real = _real(path, path)
+    if real != jail and jail not in real.parents:
+        raise CheckpointError(
+            f"{path.name} is a symlink that leaves the checkpoint folder (it points to {real})",
+            where=str(path),
+            fix="copy the file into the checkpoint folder instead of linking to it, "
+            "or remove the link",
+        )
+    return real
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str, first: Any, second: Any) -> None:
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """JSON object hook: a key given twice with two different values is refused."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out and out[key] != value:
+            raise _DuplicateKey(key, out[key], value)
+        out[key] = value
+    return out
+
+
+def _load_json(path: Path, *, error: type[CheckpointError] | type[ConfigError], fix: str) -> Any:
+    """Parse a JSON file; every way the text can be broken or hostile becomes ``error``.
+
+    Besides ``JSONDecodeError``, ``json`` raises ``RecursionError`` (deep nesting) and
+    ``ValueError`` (integer literals over Python's 4300-digit limit).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(
+            f"{path.name} cannot be read as UTF-8 text ({exc})", where=str(path), fix=fix
+        ) from exc
+    try:
+        return json.loads(text, object_pairs_hook=_strict_object)
+    except _DuplicateKey as exc:
+        raise error(
+            f"{path.name} gives key {exc.key!r} twice, as {_brief(exc.first)} and "
+            f"{_brief(exc.second)}",
+            where=str(path),
+            fix=fix,
+        ) from None
+    except RecursionError:
+        raise error(f"{path.name} is nested too deeply", where=str(path), fix=fix) from None
+    except ValueError as exc:
+        raise error(f"{path.name} is not valid JSON ({exc})", where=str(path), fix=fix) from exc
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:120] + "…"
+
+
+def _read_config(root: Path, jail: Path) -> dict[str, Any]:
     config = root / "config.json"
     if not config.is_file():
         raise ConfigError(
@@ -148,14 +249,10 @@ def _read_config(root: Path) -> dict[str, Any]:
             where=str(root),
             fix="pass the folder that holds config.json (the model's HuggingFace folder)",
         )
-    try:
-        raw = json.loads(config.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(
-            f"config.json is not valid JSON ({exc})",
-            where=str(config),
-            fix="re-download config.json or fix the JSON syntax",
-        ) from exc
+    confined(config, jail)
+    raw = _load_json(
+        config, error=ConfigError, fix="re-download config.json or fix the JSON syntax"
+    )
     if not isinstance(raw, dict):
         raise ConfigError(
             f"config.json holds a JSON {type(raw).__name__}, expected an object",
@@ -165,37 +262,43 @@ def _read_config(root: Path) -> dict[str, Any]:
     return raw
 
 
-def _find_tensors(root: Path) -> tuple[list[Path], Path | None, dict[str, TensorInfo]]:
+def _find_tensors(root: Path, jail: Path) -> tuple[list[Path], Path | None, dict[str, TensorInfo]]:
     """(weight files, index file or None, tensors by name)."""
     index = root / INDEX_NAME
     if index.is_file():
-        shards, weight_map = _read_index(root, index)
-        tensors = _collect(shards)
+        confined(index, jail)
+        shards, weight_map = _read_index(root, index, jail)
+        files = _unique(shards.values())
+        tensors = _collect(files)
         for name, shard in weight_map.items():
             info = tensors.get(name)
-            if info is None or info.file.name != (root / shard).name:
+            if info is None or info.file != shards[shard]:
                 raise CheckpointError(
                     f"the index lists tensor {name!r} in {shard} but that shard does not hold it",
                     where=str(index),
                     fix="re-download the checkpoint; the index and the shards do not match",
                 )
-        return shards, index, tensors
+        return files, index, tensors
     single = root / SINGLE_NAME
     if single.is_file():
         files = [single]
     else:
         files = sorted(p for p in root.glob("*.safetensors") if p.is_file())
+    by_real: dict[Path, Path] = {}
+    for path in files:  # two names (a symlink and its target) for one file: read it once
+        by_real.setdefault(confined(path, jail), path)
+    files = list(by_real.values())
     return files, None, _collect(files)
 
 
-def _read_index(root: Path, index: Path) -> tuple[list[Path], dict[str, str]]:
+def _unique(paths: Any) -> list[Path]:
+    return list(dict.fromkeys(paths))
+
+
+def _read_index(root: Path, index: Path, jail: Path) -> tuple[dict[str, Path], dict[str, str]]:
+    """(shard name -> the path read for it, weight map); one path per distinct real file."""
     fix = "re-download model.safetensors.index.json (it must map tensor names to shard files)"
-    try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(
-            f"safetensors index is not valid JSON ({exc})", where=str(index), fix=fix
-        ) from exc
+    data = _load_json(index, error=CheckpointError, fix=fix)
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
@@ -205,41 +308,45 @@ def _read_index(root: Path, index: Path) -> tuple[list[Path], dict[str, str]]:
             where=str(index),
             fix=fix,
         )
-    shards: list[Path] = []
+    shards: dict[str, Path] = {}
+    by_real: dict[Path, Path] = {}
     for shard in dict.fromkeys(weight_map.values()):
         rel = PurePosixPath(shard)
         if (
             rel.is_absolute()
             or "\\" in shard
             or ":" in shard
+            or "\x00" in shard
             or len(rel.parts) != 1
             or rel.name in ("", ".", "..")
         ):
             raise CheckpointError(
-                f"safetensors index names shard {shard!r}, which is not a plain file name "
+                f"safetensors index names shard {_brief(shard)}, which is not a plain file name "
                 "inside the checkpoint folder",
                 where=str(index),
                 fix="mobius only reads shards beside the index; " + fix,
             )
-        path = root / shard
+        path = (root / rel.name).absolute()
         if not path.is_file():
             raise CheckpointError(
-                f"safetensors index lists shard {shard!r}, which is missing",
+                f"safetensors index lists shard {_brief(shard)}, which is missing",
                 where=str(index),
                 fix="download the missing shard (or the whole checkpoint again)",
             )
-        shards.append(path)
+        # Two spellings or a symlink may name one file: it is read once, under its first name.
+        shards[shard] = by_real.setdefault(confined(path, jail), path)
     return shards, weight_map
 
 
 def _collect(files: list[Path]) -> dict[str, TensorInfo]:
     tensors: dict[str, TensorInfo] = {}
-    for path in files:
+    for path in _unique(files):
         for info in read_safetensors_header(path):
             other = tensors.get(info.name)
             if other is not None:
                 raise CheckpointError(
-                    f"tensor {info.name!r} is stored twice, in {other.file.name} and {path.name}",
+                    f"tensor {info.name!r} is stored twice (claimed by two shards), in "
+                    f"{other.file.name} and {path.name}",
                     where=str(path.parent),
                     fix="remove the stray safetensors file, or add model.safetensors.index.json",
                 )

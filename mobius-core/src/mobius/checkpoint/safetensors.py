@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,13 @@ from mobius.errors import SafetensorsError
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 """Headers larger than this are treated as corrupt (real ones are a few MB at most)."""
+
+MAX_RANK = 64
+"""Most dimensions a tensor may have (numpy's limit; real weights have at most 5)."""
+
+MAX_ELEMENT_BYTES = 2**63 - 1
+"""Largest byte size a shape may describe (numpy's ``intp``); bigger shapes are refused even
+for empty tensors, whose other dimensions numpy still multiplies out."""
 
 DTYPE_SIZES: dict[str, int] = {
     "BF16": 2,
@@ -101,7 +109,7 @@ class TensorInfo:
 
 
 def _error(path: Path, what: str, tensor: str | None = None) -> SafetensorsError:
-    where = str(path) if tensor is None else f"{path}, tensor {tensor!r}"
+    where = str(path) if tensor is None else f"{path}, tensor {_short(tensor)}"
     return SafetensorsError(what, where=where, fix=_FIX_DAMAGED)
 
 
@@ -118,7 +126,10 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> list[TensorInfo]:
     """
     path = Path(path).absolute()
     try:
-        file_size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise _error(path, "is not a regular file (a folder, device or pipe)")
+        file_size = st.st_size
         with path.open("rb") as f:
             prefix = f.read(8)
             if len(prefix) < 8:
@@ -143,12 +154,7 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> list[TensorInfo]:
             fix="check that the file exists and is readable",
         ) from exc
 
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _error(path, f"header is not valid UTF-8 JSON ({exc})") from exc
-    if not isinstance(header, dict):
-        raise _error(path, f"header is a JSON {type(header).__name__}, expected an object")
+    header = _parse_header_json(path, raw)
 
     data_start = 8 + header_len
     data_len = file_size - data_start
@@ -175,11 +181,54 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> list[TensorInfo]:
     return infos
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _parse_header_json(path: Path, raw: bytes) -> dict[str, Any]:
+    """The header object; every way JSON text can be hostile becomes a SafetensorsError.
+
+    ``json`` raises more than ``JSONDecodeError``: ``RecursionError`` for deeply nested
+    arrays, ``ValueError`` for integers beyond Python's 4300-digit conversion limit.
+    A name given twice would silently keep the last entry, so it is refused.
+    """
+    try:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as exc:
+        raise _error(path, "header names this tensor twice", exc.key) from None
+    except UnicodeDecodeError as exc:
+        raise _error(path, f"header is not valid UTF-8 JSON ({exc})") from exc
+    except RecursionError:
+        raise _error(path, "header JSON is nested too deeply to be a safetensors header") from None
+    except ValueError as exc:  # JSONDecodeError, and over-long integer literals
+        raise _error(path, f"header is not valid UTF-8 JSON ({exc})") from exc
+    if not isinstance(header, dict):
+        raise _error(path, f"header is a JSON {type(header).__name__}, expected an object")
+    return header
+
+
 def _check_metadata(path: Path, entry: Any) -> None:
     if not isinstance(entry, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in entry.items()
     ):
         raise _error(path, "__metadata__ must be an object of string to string", "__metadata__")
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """``repr`` cut to ``limit`` characters: hostile headers can hold megabyte-long values."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _parse_entry(path: Path, name: str, entry: Any, data_start: int, data_len: int) -> TensorInfo:
@@ -192,15 +241,21 @@ def _parse_entry(path: Path, name: str, entry: Any, data_start: int, data_len: i
     if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
         raise _error(
             path,
-            f"unsupported dtype {dtype!r} (mobius reads {', '.join(DTYPE_SIZES)})",
+            f"unsupported dtype {_short(dtype)} (mobius reads {', '.join(DTYPE_SIZES)})",
             name,
         )
     shape = entry["shape"]
     if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
-        raise _error(path, f"shape {shape!r} is not a list of non-negative integers", name)
+        raise _error(path, f"shape {_short(shape)} is not a list of non-negative integers", name)
+    if len(shape) > MAX_RANK:
+        raise _error(path, f"shape has {len(shape)} dimensions (at most {MAX_RANK})", name)
+    if DTYPE_SIZES[dtype] * math.prod(d for d in shape if d) > MAX_ELEMENT_BYTES:
+        raise _error(
+            path, f"{dtype} {_short(shape)} needs more bytes than any file can hold (2**63)", name
+        )
     offsets = entry["data_offsets"]
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets):
-        raise _error(path, f"data_offsets {offsets!r} is not a pair of integers", name)
+        raise _error(path, f"data_offsets {_short(offsets)} is not a pair of integers", name)
     begin, end = offsets
     if begin < 0 or begin > end:
         raise _error(path, f"data_offsets {offsets} are not 0 <= begin <= end", name)
@@ -216,7 +271,7 @@ def _parse_entry(path: Path, name: str, entry: Any, data_start: int, data_len: i
     if end - begin != expected:
         raise _error(
             path,
-            f"holds {end - begin} bytes but {dtype} {tuple(shape)} needs {expected}",
+            f"holds {end - begin} bytes but {dtype} {_short(shape)} needs {expected}",
             name,
         )
     return TensorInfo(
