@@ -80,18 +80,19 @@ def _bind_random(model: ir.Model, seed: int = 0) -> None:
             value.const_value = ir.tensor(data.astype(NP[value.dtype]), name=value.name)
 
 
-def _build(case: str, dtype: str = "f32"):
+def _build(case: str, dtype: str = "f32", target: str = "default"):
     raw = CASES[case]
     config = read_config(raw["model_type"], raw)
-    options = BuildOptions(dtype=dtype)
+    options = BuildOptions(dtype=dtype, target=target)
     graphs = {c: build_component(config, c, options) for c in text_components(config, options)}
     return config, pipeline_contract(config, options), graphs
 
 
+@pytest.mark.parametrize("target", ["default", "cpu"])
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
-def test_builds_check_and_validate(case, dtype):
-    config, contract, graphs = _build(case, dtype)
+def test_builds_check_and_validate(case, dtype, target):
+    config, contract, graphs = _build(case, dtype, target)
     validate(contract, graphs)
     text = config.text
     assert len(contract.states) == 2 * text.num_cache_layers
@@ -112,9 +113,98 @@ def _session(model: ir.Model):
     )
 
 
+def _ops(model: ir.Model) -> list[str]:
+    return [node.op_type for node in model.graph]
+
+
+@pytest.mark.parametrize(
+    ("target", "dtype", "expect"),
+    [
+        ("default", "f32", "Attention"),
+        ("cpu", "f32", "GroupQueryAttention"),
+        ("cpu", "f16", "GroupQueryAttention"),
+        ("cpu", "bf16", "Attention"),  # onnxruntime CPU has no bfloat16 GQA kernel
+        ("cuda", "f32", "Attention"),  # onnxruntime CUDA GQA: float16 / bfloat16 only
+        ("cuda", "f16", "GroupQueryAttention"),
+        ("cuda", "bf16", "GroupQueryAttention"),
+    ],
+)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_runs_in_onnxruntime_with_prefill_and_decode(case):
-    config, _, graphs = _build(case)
+def test_target_picks_attention_op_per_layer(case, target, dtype, expect):
+    """Every layer (KV consumers included) uses the op the target/dtype allows, never a mix."""
+    config, _, graphs = _build(case, dtype, target)
+    ops = _ops(graphs["model" if "model" in graphs else "decoder"])
+    assert ops.count(expect) == config.text.num_hidden_layers
+    other = {"Attention": "GroupQueryAttention", "GroupQueryAttention": "Attention"}[expect]
+    assert ops.count(other) == 0
+
+
+def test_vision_overlay_keeps_sliding_layers_on_attention():
+    """With the image-block overlay only full layers (causal in HF) may use GQA."""
+    from mobius_gemma4.text.attention import ATTENTION, GQA, attention_paths
+
+    config = read_config(MM["model_type"], MM)
+    text = config.text
+    paths = attention_paths(text, "cpu", ir.DataType.FLOAT, overlay=True)
+    for t, path in zip(text.layer_types, paths):
+        assert path == (GQA if t == "full_attention" else ATTENTION)
+    assert attention_paths(text, "default", ir.DataType.FLOAT) == (ATTENTION,) * len(paths)
+
+
+def _random_feeds(text, B, S):
+    ids = np.random.default_rng(1).integers(0, text.vocab_size, (B, S))
+    past = {
+        f"past_key_values.{i}.{k}": np.zeros(
+            (B, text.kv_heads[i], 0, text.head_dims[i]), np.float32
+        )
+        for i in range(text.num_cache_layers)
+        for k in ("key", "value")
+    }
+    return ids, past
+
+
+@pytest.mark.parametrize("case", ["text", "moe"])
+def test_gqa_graph_equals_attention_graph(case):
+    """cpu (GroupQueryAttention) and default (Attention) graphs agree on the same weights.
+
+    Prefill of 7 tokens (window 4) then 3 decode steps, batch 2; presents included.
+    """
+    config, _, base = _build(case, "f32", "default")
+    _, _, gqa = _build(case, "f32", "cpu")
+    text = config.text
+    runs = []
+    for graphs in (base, gqa):
+        sess = _session(graphs["model"])  # same seed: the same random weights
+        names = [o.name for o in sess.get_outputs()]
+        ids, past = _random_feeds(text, 2, 7)
+        outs, total, step_ids = [], 0, ids
+        for extra in range(4):
+            total += step_ids.shape[1]
+            feeds = {
+                "input_ids": step_ids,
+                "attention_mask": np.ones((2, total), np.int64),
+                "position_ids": np.tile(np.arange(total - step_ids.shape[1], total), (2, 1)),
+                **past,
+            }
+            out = dict(zip(names, sess.run(None, feeds)))
+            outs.append(out)
+            past = {
+                k.replace("present.", "past_key_values."): v
+                for k, v in out.items()
+                if k.startswith("present.")
+            }
+            step_ids = ids[:, extra : extra + 1]
+        runs.append(outs)
+    for a, b in zip(*runs):
+        for name in a:
+            assert a[name].shape == b[name].shape, name
+            assert np.abs(a[name] - b[name]).max() <= 1e-5, name
+
+
+@pytest.mark.parametrize("target", ["default", "cpu"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_runs_in_onnxruntime_with_prefill_and_decode(case, target):
+    config, _, graphs = _build(case, target=target)
     text = config.text
     sessions = {name: _session(m) for name, m in graphs.items()}
     B, S = 2, 7  # longer than the window (4)

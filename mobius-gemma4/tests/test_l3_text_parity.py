@@ -13,6 +13,10 @@ margin is inside the dtype's noise (``TIE``) counts as agreeing if the package's
 pick is within that margin of the reference maximum — a random tiny model has
 near-ties a half-precision build cannot resolve, and those say nothing about the
 graph. Figures are printed (run with ``-s``) for the report.
+
+bf16 has no onnxruntime CPU kernels: ContractRunner runs bf16 packages through
+``mobius_testing.bf16_emulation`` (f32 arithmetic, bf16 rounding after every op
+that stores bf16), and the figures are labelled "bf16 (emulated on CPU)".
 """
 
 from __future__ import annotations
@@ -37,6 +41,34 @@ TIE = {"f16": 0.02, "bf16": 0.1}
 
 def _run(package, ids: np.ndarray) -> np.ndarray:
     return ContractRunner(package).run(ids, PREFILL)
+
+
+def _attention_ops(package) -> dict[str, int]:
+    """``{op_type: count}`` of the attention ops in the package's text graph."""
+    import json
+
+    import onnx
+
+    manifest = json.loads((package / "mobius.json").read_text())
+    comps = manifest["components"]
+    name = "model" if "model" in comps else "decoder"
+    graph = onnx.load(str(package / comps[name]["path"]), load_external_data=False).graph
+    counts: dict[str, int] = {}
+    for node in graph.node:
+        if node.op_type in ("Attention", "GroupQueryAttention"):
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def _check_attention_ops(package, name: str, target: str) -> None:
+    """``cpu`` builds of these plain-causal text models run GQA on every layer."""
+    from reference.specs import SPECS
+
+    layers = SPECS[name].text_config()["num_hidden_layers"]
+    expect = {"GroupQueryAttention": layers} if target == "cpu" else {"Attention": layers}
+    got = _attention_ops(package)
+    print(f"\n[L3] {name} target={target}: attention ops {got}")
+    assert got == expect, f"{name} target={target}: attention ops {got}, expected {expect}"
 
 
 def _top1(ref: np.ndarray, got: np.ndarray, tie: float = 0.0) -> tuple[float, float]:
@@ -98,34 +130,75 @@ def test_fixture_configs_have_both_shapes(reference_cache):
 @pytest.mark.parametrize("name", TEXT_SPECS)
 def test_f32_parity(reference_cache, parity_ids, name, target):
     ref = reference_cache.hf_logits(name, parity_ids)
-    got = _run(reference_cache.build(name, target=target).out, parity_ids)
+    package = reference_cache.build(name, target=target).out
+    _check_attention_ops(package, name, target)
+    got = _run(package, parity_ids)
     assert got.shape == ref.shape
     delta, strict, _ = _report(f"{name} f32 target={target}", ref, got)
     assert delta <= F32_ATOL, f"{name} f32 {target}: max|Δ logits| {delta:.3e} > {F32_ATOL}"
     assert strict == 1.0, f"{name} f32 {target}: top-1 agreement {strict:.1%}"
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize(
+    ("dtype", "target"),
+    [
+        ("f16", "default"),
+        pytest.param("bf16", "default", id="bf16-emulated-on-cpu-default"),
+        ("f16", "cpu"),
+    ],
+)
 @pytest.mark.parametrize("name", TEXT_SPECS)
-def test_half_precision_top1(reference_cache, parity_ids, name, dtype):
+def test_half_precision_top1(reference_cache, parity_ids, name, dtype, target):
+    """f16 runs natively on ORT CPU; bf16 (no ORT CPU kernels) runs emulated in f32.
+
+    The emulation (mobius_testing.bf16_emulation) rounds to bf16 after every op
+    that stores bf16, with f32 arithmetic inside each op, as CUDA bf16 kernels do;
+    on CUDA the same package would run natively.
+    """
     ref = reference_cache.hf_logits(name, parity_ids)
-    package = reference_cache.build(name, dtype=dtype).out
-    try:
-        got = _run(package, parity_ids)
-    except Exception as exc:  # onnxruntime's own exception types are not importable by name
-        text = str(exc)
-        if (
-            dtype == "bf16"
-            and "NOT_IMPLEMENTED" in text
-            and "Could not find an implementation" in text
-        ):
-            pytest.xfail(
-                f"onnxruntime CPU has no bfloat16 kernel for an op of this graph: {text[:200]}"
-            )
-        raise
-    assert np.isfinite(got).all(), f"{name} {dtype}: non-finite logits"
-    _, strict, aware = _report(f"{name} {dtype}", ref, got, TIE[dtype])
-    assert aware >= 0.99, f"{name} {dtype}: top-1 {strict:.1%}, tie-aware {aware:.1%} < 99%"
+    package = reference_cache.build(name, dtype=dtype, target=target).out
+    _check_attention_ops(package, name, target)
+    runner = ContractRunner(package)
+    assert runner.bf16_emulated == (dtype == "bf16"), "only bf16 packages are emulated"
+    got = runner.run(parity_ids, PREFILL)
+    label = "bf16 (emulated on CPU)" if runner.bf16_emulated else dtype
+    assert np.isfinite(got).all(), f"{name} {label}: non-finite logits"
+    delta, strict, aware = _report(f"{name} {label} target={target}", ref, got, TIE[dtype])
+    bar = 0.99
+    if dtype == "bf16":
+        bar, floor_delta = _bf16_floor(reference_cache, parity_ids, name, ref)
+        assert delta <= 2 * floor_delta, (
+            f"{name} {label}: max|Δ| {delta:.3e} > 2x HF's own bf16 forward ({floor_delta:.3e})"
+        )
+    assert aware >= bar, f"{name} {label}: top-1 {strict:.1%}, tie-aware {aware:.1%} < {bar:.1%}"
+
+
+_HF_BF16: dict[tuple[str, bytes], np.ndarray] = {}
+
+
+def _bf16_floor(reference_cache, ids: np.ndarray, name: str, ref: np.ndarray):
+    """(top-1 bar, max|Δ|) of HF transformers' own bf16 forward (torch CPU) vs HF f32.
+
+    bf16 keeps 8 significant bits; on these random tiny models (logits within
+    ±2, median top-1/top-2 margin ~0.05) that alone flips some near-tied top-1
+    picks, and MoE routing flips add more: HF's own bf16 forward misses the 99 %
+    bar on dense-mm and moe-text. A bf16 package is held to 99 % where the
+    framework's own bf16 reaches it, and otherwise to at least what the framework
+    reaches, which must itself stay >= 90 % (else the fixture is too noisy to say
+    anything about bf16 and the test fails).
+    """
+    key = (name, ids.tobytes())
+    if key not in _HF_BF16:
+        import torch
+        from reference.hf_runner import hf_logits, load_model
+
+        pair = reference_cache.checkpoint(name)
+        model = load_model(pair.saved, pair.spec.model_type).to(torch.bfloat16)
+        _HF_BF16[key] = hf_logits(model, ids)
+    floor = _HF_BF16[key]
+    delta, _, aware = _report(f"{name} HF transformers bf16 (torch CPU)", ref, floor, TIE["bf16"])
+    assert aware >= 0.90, f"{name}: HF's own bf16 forward reaches only {aware:.1%} top-1"
+    return min(0.99, aware), delta
 
 
 @pytest.mark.parametrize("name", ["dense-text", "dense-mm", "keqv-text"])

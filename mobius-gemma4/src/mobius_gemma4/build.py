@@ -1,10 +1,10 @@
 """Dispatch from a contract component name to its graph builder, per target.
 
 ``--target default`` builds the portable ONNX ``Attention`` + ``RotaryEmbedding`` graph.
-``cpu`` / ``cuda`` currently build the same exact graph: a com.microsoft
-GroupQueryAttention lowering must keep the sliding window, the per-type proportional
-cos/sin tables and KV-sharing semantics (reference §9, trap T6), and until that lowering
-is verified against HF we never emit a silently different graph. A log line says so.
+``cpu`` / ``cuda`` put com.microsoft GroupQueryAttention on every text layer it expresses
+exactly (window on sliding layers, each type's own RoPE applied before it, KV consumers
+reading the producer's cache; reference §9, trap T6) and keep ``Attention`` elsewhere —
+see :func:`mobius_gemma4.text.attention.attention_paths`; the build logs the split.
 """
 
 from __future__ import annotations
@@ -14,21 +14,16 @@ import logging
 from mobius.errors import BuildError
 from mobius.records import BuildOptions
 from mobius_gemma4.config import Gemma4Config
+from mobius_gemma4.contract import text_components
 
 log = logging.getLogger("mobius_gemma4")
 
 
 def build_component(config: Gemma4Config, component: str, options: BuildOptions):
-    if options.target in ("cpu", "cuda"):
-        log.info(
-            "target %s: Gemma 4 keeps the exact ONNX Attention path on every layer "
-            "(GroupQueryAttention lowering not enabled yet)",
-            options.target,
-        )
     if config.model_type == "gemma4_text" and component == "model":
         from mobius_gemma4.text.causal_lm import build_causal_lm
 
-        return build_causal_lm(config.text, options.dtype)
+        return build_causal_lm(config.text, options.dtype, options.target)
     if config.model_type == "gemma4" and component == "embedding":
         from mobius_gemma4.text.embedding import build_embedding
 
@@ -36,9 +31,42 @@ def build_component(config: Gemma4Config, component: str, options: BuildOptions)
     if config.model_type == "gemma4" and component == "decoder":
         from mobius_gemma4.text.decoder import build_decoder
 
-        return build_decoder(config.text, options.dtype)
+        return build_decoder(
+            config.text,
+            options.dtype,
+            block_token_ids=block_token_ids(config),
+            target=options.target,
+        )
+    if component in ("vision_encoder", "audio_encoder") and component in text_components(
+        config, options
+    ):
+        return _build_encoder(config, component, options)
     raise BuildError(
         f"{config.model_type} has no component {component!r}",
         where="mobius_gemma4.build.build_component",
-        fix="gemma4_text builds 'model'; gemma4 builds 'embedding' and 'decoder'",
+        fix="gemma4_text builds 'model'; gemma4 builds 'embedding', 'decoder', and "
+        "'vision_encoder' / 'audio_encoder' when config.json has vision_config / audio_config",
     )
+
+
+def block_token_ids(config: Gemma4Config) -> tuple[int, ...]:
+    """Token ids forming image blocks of the ``"vision"`` mask overlay (none without it)."""
+    from mobius_gemma4.ports import vision_overlay
+
+    if not vision_overlay(config):
+        return ()
+    ids = (config.image_token_id, config.video_token_id)
+    return tuple(i for i in ids if i is not None)
+
+
+def _build_encoder(config: Gemma4Config, component: str, options: BuildOptions):
+    hidden = config.text.hidden_size
+    if component == "vision_encoder":
+        from mobius_gemma4.vision import build_vision_encoder, read_vision_config
+
+        vc = read_vision_config(config.vision_config, where="config.json: vision_config")
+        return build_vision_encoder(vc, hidden, options)
+    from mobius_gemma4.audio import build_audio_encoder, read_audio_config
+
+    ac = read_audio_config(config.audio_config, where="config.json: audio_config")
+    return build_audio_encoder(ac, hidden, options)

@@ -1,5 +1,10 @@
-"""Runtime files of a Gemma 4 text package: ``genai_config.json`` (reference §10) and the
-checkpoint's tokenizer files (copied when present)."""
+"""Runtime files of a Gemma 4 package (reference §10): ``genai_config.json``, the
+onnxruntime-extensions processor configs ``image_processor.json`` / ``audio_processor.json``
+of a multimodal package, and the checkpoint's tokenizer files (copied when present).
+
+onnxruntime-genai 0.18 always needs a ``vision`` section for ``gemma4`` and a ``speech``
+section whose ``config_filename`` is empty when there is no audio tower.
+"""
 
 from __future__ import annotations
 
@@ -41,7 +46,87 @@ def genai_config(config: Gemma4Config, eos: list[int]) -> dict:
             decoder["inputs"] = {"per_layer_inputs": "per_layer_inputs"}
             embedding["outputs"] = {"per_layer_inputs": "per_layer_inputs"}
         model = {"type": "gemma4", **common, "decoder": decoder, "embedding": embedding}
+        model.update(media_sections(config))
     return {"model": model, "search": search}
+
+
+IMAGE_PROCESSOR, AUDIO_PROCESSOR = "image_processor.json", "audio_processor.json"
+
+
+def media_sections(config: Gemma4Config) -> dict:
+    """The ``vision`` and ``speech`` sections of a ``gemma4`` genai_config."""
+    from mobius_gemma4.ports import has_audio, has_vision
+
+    vision: dict = {}
+    if has_vision(config):
+        vision = {"filename": "vision_encoder/model.onnx", "config_filename": IMAGE_PROCESSOR}
+    speech: dict = {"config_filename": ""}
+    if has_audio(config):
+        speech = {
+            "filename": "audio_encoder/model.onnx",
+            "config_filename": AUDIO_PROCESSOR,
+            "inputs": {"audio_embeds": "input_features", "attention_mask": "input_features_mask"},
+        }
+    return {"vision": vision, "speech": speech}
+
+
+def image_processor_json(config: Gemma4Config) -> dict:
+    from mobius_gemma4.processors import max_soft_tokens
+    from mobius_gemma4.vision import read_vision_config
+
+    vc = read_vision_config(config.vision_config, where="config.json: vision_config")
+    attrs = {
+        "patch_size": vc.patch_size,
+        "max_soft_tokens": max_soft_tokens(config),
+        "pooling_kernel_size": vc.pooling_kernel_size,
+    }
+    return {
+        "processor": {
+            "name": "gemma4_image_processor",
+            "transforms": [
+                {
+                    "operation": {
+                        "name": "decode_image",
+                        "type": "DecodeImage",
+                        "attrs": {"color_space": "RGB"},
+                    }
+                },
+                {
+                    "operation": {
+                        "name": "gemma4_image_transform",
+                        "type": "Gemma4ImageTransform",
+                        "attrs": attrs,
+                    }
+                },
+            ],
+        }
+    }
+
+
+def audio_processor_json(config: Gemma4Config) -> dict:
+    from mobius_gemma4.audio import read_audio_config
+
+    ac = read_audio_config(config.audio_config, where="config.json: audio_config")
+    attrs = {
+        "feature_size": ac.num_mel_bins,
+        "sampling_rate": 16000,
+        "frame_length_ms": 20.0,
+        "hop_length_ms": 10.0,
+        "min_frequency": 0.0,
+        "max_frequency": 8000.0,
+        "preemphasis": 0.0,
+        "preemphasis_htk_flavor": 1,
+        "fft_overdrive": 0,
+        "mel_floor": 0.001,
+    }
+    return {
+        "feature_extraction": {
+            "sequence": [
+                {"operation": {"name": "audio_decoder", "type": "AudioDecoder"}},
+                {"operation": {"name": "gemma4_log_mel", "type": "Gemma4LogMel", "attrs": attrs}},
+            ]
+        }
+    }
 
 
 def runtime_files(
@@ -63,6 +148,14 @@ def runtime_files(
             "genai_config.json", content=json.dumps(genai_config(config, eos), indent=2).encode()
         )
     )
+    from mobius_gemma4.ports import has_audio, has_vision
+
+    for present, name, make in (
+        (has_vision(config), IMAGE_PROCESSOR, image_processor_json),
+        (has_audio(config), AUDIO_PROCESSOR, audio_processor_json),
+    ):
+        if present:
+            files.append(RuntimeFile(name, content=json.dumps(make(config), indent=2).encode()))
     if checkpoint is not None:
         for name in TOKENIZER_FILES:
             path = checkpoint.file(name)

@@ -19,8 +19,8 @@ def mobius_model_types() -> list[ModelTypeInfo]:
         ModelTypeInfo(
             "gemma4",
             tasks=("text-generation",),
-            modalities=("text",),
-            description="Gemma 4 (E2B, E4B, 26B-A4B, 31B): embedding + decoder (text; vision/audio later)",
+            modalities=("text", "image", "audio"),
+            description="Gemma 4 (E2B, E4B, 26B-A4B, 31B): vision/audio encoders, embedding, decoder",
         ),
         ModelTypeInfo(
             "gemma4_text",
@@ -54,13 +54,17 @@ def mobius_build_component(config, component: str, options: BuildOptions):
 
 @hookimpl
 def mobius_weight_plan(config, component: str, checkpoint, options: BuildOptions):
+    from mobius_gemma4.weights.media import media_weight_plan
     from mobius_gemma4.weights.text import text_weight_plan
 
+    if component in ("vision_encoder", "audio_encoder"):
+        return media_weight_plan(config, component, options)
     if component not in ("model", "embedding", "decoder"):
         raise BuildError(
             f"Gemma 4 has no component {component!r}",
             where="mobius_gemma4.plugin.mobius_weight_plan",
-            fix="components are model (gemma4_text), embedding and decoder (gemma4)",
+            fix="components are model (gemma4_text); embedding, decoder, vision_encoder and "
+            "audio_encoder (gemma4)",
         )
     return text_weight_plan(config, component, checkpoint, options.dtype)
 

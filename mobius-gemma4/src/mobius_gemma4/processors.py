@@ -1,21 +1,104 @@
-"""Text preprocessing for Gemma 4 (reference §1.2): chat prompt layout and stop ids.
+"""Gemma 4 preprocessing (reference §1.2, §5.1, §6.1): chat layout, media, stop ids.
 
--it models: ``<bos><|turn>user\\n{text}<turn|>\\n<|turn>model\\n``; generation stops on the
-config's eos ids plus ``<turn|>`` (106). Image/audio processors come with their issue.
+-it models: ``<bos><|turn>user\\n`` + one ``<|image|>`` per image + one ``<|audio|>`` per
+clip + text + ``<turn|>\\n<|turn>model\\n``; generation stops on the config's eos ids plus
+``<turn|>`` (106). :func:`expand_prompt` turns each placeholder into
+``begin + n × placeholder + end`` with exactly the soft-token count the encoder emits for
+that item, as HF's ``Gemma4Processor`` does. Images and audio are processed in numpy
+(:mod:`mobius_gemma4.vision.processor`, :mod:`mobius_gemma4.audio.features`); arrays are
+float32 and the runtime casts them to the port dtype.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from mobius.errors import MobiusError
 from mobius.records import Processors
 from mobius_gemma4.config import Gemma4Config
 
 END_OF_TURN = 106
 """``<turn|>``: ends a chat turn; a stop id for -it checkpoints."""
 
+IMAGE_BEGIN, IMAGE_TOKEN, IMAGE_END = "<|image>", "<|image|>", "<image|>"
+AUDIO_BEGIN, AUDIO_TOKEN, AUDIO_END = "<|audio>", "<|audio|>", "<audio|>"
+DEFAULT_SOFT_TOKENS = 280
+
 
 def format_chat_prompt(text: str, images: int = 0, audio: int = 0) -> str:
-    """The -it chat layout for one user message (media placeholders arrive with their issue)."""
-    return f"<bos><|turn>user\n{text}<turn|>\n<|turn>model\n"
+    """The -it chat layout for one user message with its media placeholders (unexpanded)."""
+    media = IMAGE_TOKEN * images + AUDIO_TOKEN * audio
+    return f"<bos><|turn>user\n{media}{text}<turn|>\n<|turn>model\n"
+
+
+def _expand(text: str, token: str, begin: str, end: str, counts: Sequence[int]) -> str:
+    parts = text.split(token)
+    if len(parts) - 1 != len(counts):
+        raise MobiusError(
+            f"the prompt has {len(parts) - 1} {token} placeholder(s) but {len(counts)} "
+            f"item(s) were processed",
+            where="Gemma 4 prompt expansion",
+            fix=f"put exactly one {token} in the prompt per item, in order",
+        )
+    out = [parts[0]]
+    for n, rest in zip(counts, parts[1:]):
+        out.append(begin + token * int(n) + end + rest)
+    return "".join(out)
+
+
+def expand_prompt(text: str, image_tokens: Sequence[int], audio_tokens: Sequence[int]) -> str:
+    """Each ``<|image|>`` / ``<|audio|>`` → begin + n × placeholder + end, in order."""
+    text = _expand(text, IMAGE_TOKEN, IMAGE_BEGIN, IMAGE_END, image_tokens)
+    return _expand(text, AUDIO_TOKEN, AUDIO_BEGIN, AUDIO_END, audio_tokens)
+
+
+def max_soft_tokens(config: Gemma4Config) -> int:
+    """Per-image soft-token budget: the checkpoint's, else HF's default 280."""
+    raw = config.raw or {}
+    vision = config.vision_config or {}
+    value = raw.get("vision_soft_tokens_per_image") or vision.get("default_output_length")
+    return int(value) if value else DEFAULT_SOFT_TOKENS
+
+
+def image_preprocessor(config: Gemma4Config):
+    """``images → {pixel_values, pixel_position_ids, num_soft_tokens}`` for this checkpoint."""
+    from mobius_gemma4.vision import Gemma4ImageProcessor, read_vision_config
+
+    vc = read_vision_config(config.vision_config, where="config.json: vision_config")
+
+    def preprocess_image(images: Sequence[Any]) -> dict[str, Any]:
+        proc = Gemma4ImageProcessor(  # here, so a bad budget fails only image requests
+            patch_size=vc.patch_size,
+            pooling_kernel_size=vc.pooling_kernel_size,
+            max_soft_tokens=max_soft_tokens(config),
+        )
+        batch = proc(list(images))
+        return {
+            "pixel_values": batch.pixel_values,
+            "pixel_position_ids": batch.pixel_position_ids,
+            "num_soft_tokens": list(batch.num_soft_tokens),
+        }
+
+    return preprocess_image
+
+
+def audio_preprocessor(config: Gemma4Config):
+    """``clips → {input_features, input_features_mask, num_soft_tokens}`` (16 kHz log-mel)."""
+    from mobius_gemma4.audio import Gemma4AudioFeatureExtractor, load_audio, read_audio_config
+
+    ac = read_audio_config(config.audio_config, where="config.json: audio_config")
+    extractor = Gemma4AudioFeatureExtractor(feature_size=ac.num_mel_bins)
+
+    def preprocess_audio(clips: Sequence[Any]) -> dict[str, Any]:
+        batch = extractor([load_audio(c) for c in clips])
+        return {
+            "input_features": batch.input_features,
+            "input_features_mask": batch.input_features_mask,
+            "num_soft_tokens": list(batch.num_soft_tokens),
+        }
+
+    return preprocess_audio
 
 
 def stop_token_ids(
@@ -31,10 +114,17 @@ def stop_token_ids(
 
 
 def text_processors(config: Gemma4Config) -> Processors:
+    """All of a package's processors (the name predates media; kept for the plugin hook)."""
+    from mobius_gemma4.ports import has_audio, has_vision
+
     generation = config.raw.get("_generation_config") if config.raw else None
     eos = generation.get("eos_token_id") if isinstance(generation, dict) else None
+    media = has_vision(config) or has_audio(config)
     return Processors(
         format_prompt=format_chat_prompt,
+        preprocess_image=image_preprocessor(config) if has_vision(config) else None,
+        preprocess_audio=audio_preprocessor(config) if has_audio(config) else None,
+        expand_prompt=expand_prompt if media else None,
         stop_token_ids=stop_token_ids(config, eos),
         bos_token_id=config.text.bos_token_id,
         extra={"pad_token_id": config.text.pad_token_id},

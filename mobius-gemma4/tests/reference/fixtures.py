@@ -73,13 +73,21 @@ def model_class(model_type: str) -> Any:
 def perturb_constants(model: Any, generator: Any) -> list[str]:
     """Give every constant-initialised parameter (and ``layer_scalar``) random values.
 
-    Returns the names changed. Clip bounds (±inf) are left alone: they only exist in
-    the towers, which the text builds ignore.
+    Returns the names changed. Clip bounds of the towers' clippable linears (±inf at
+    init) get finite values that bite: inputs ±U(1.5, 2.5), outputs ±U(0.1, 0.3)
+    (reference §13); text logits do not depend on them.
     """
     import torch
 
     changed: list[str] = []
     with torch.no_grad():
+        for name, b in [*model.named_parameters(), *model.named_buffers()]:
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf in ("input_min", "input_max", "output_min", "output_max"):
+                lo, hi = (1.5, 2.5) if leaf.startswith("input") else (0.1, 0.3)
+                v = lo + (hi - lo) * torch.rand((), generator=generator)
+                b.fill_(float(-v if leaf.endswith("min") else v))
+                changed.append(name)
         for name, p in model.named_parameters():
             flat = p.detach().reshape(-1)
             if flat.numel() == 0 or not torch.isfinite(flat).all():

@@ -114,6 +114,8 @@ class TextSpec:
     overrides: dict[str, Any] = field(default_factory=dict)
     towers: bool = False  # gemma4 only: include the tiny vision + audio towers
     exercises: str = ""
+    audio_tower: bool = True  # with towers: False leaves audio_config null (26B/31B-like)
+    vision_overrides: dict[str, Any] = field(default_factory=dict)
 
     def text_config(self) -> dict[str, Any]:
         """The hub-style text config (a fresh copy)."""
@@ -157,6 +159,15 @@ SPECS: dict[str, TextSpec] = {
             exercises="attention_k_eq_v with num_global_key_value_heads 1 (≠ sliding kv 2)",
         ),
         TextSpec(
+            "bidir-mm",
+            "gemma4",
+            overrides={**_KEQV, "use_bidirectional_attention": "vision"},
+            towers=True,
+            audio_tower=False,
+            vision_overrides={"standardize": False},
+            exercises="dense k_eq_v + vision (no standardize) + 'vision' image-block mask, no audio",
+        ),
+        TextSpec(
             "moe-text",
             "gemma4_text",
             overrides={
@@ -182,8 +193,10 @@ def hub_style_config(spec: TextSpec) -> dict[str, Any]:
         "architectures": ["Gemma4ForConditionalGeneration"],
         "model_type": "gemma4",
         "text_config": text,
-        "vision_config": copy.deepcopy(VISION_CONFIG) if spec.towers else None,
-        "audio_config": copy.deepcopy(AUDIO_CONFIG) if spec.towers else None,
+        "vision_config": (
+            {**copy.deepcopy(VISION_CONFIG), **spec.vision_overrides} if spec.towers else None
+        ),
+        "audio_config": (copy.deepcopy(AUDIO_CONFIG) if spec.towers and spec.audio_tower else None),
         "tie_word_embeddings": True,
         "initializer_range": 0.05,
         **MM_TOKEN_IDS,

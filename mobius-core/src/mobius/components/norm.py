@@ -13,6 +13,8 @@ from onnxscript import OpBuilder, nn
 
 from mobius.components.dtypes import ir_dtype
 
+_F32 = ir.DataType.FLOAT
+
 
 class RMSNorm(nn.Module):
     """``y = x / sqrt(mean(x², -1) + eps) · weight``, computed in float32, returned in x's dtype.
@@ -37,10 +39,14 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter([dim], dtype=ir_dtype(dtype)) if with_weight else None
 
     def forward(self, op: OpBuilder, x: ir.Value) -> ir.Value:
-        x32 = op.Cast(x, to=ir.DataType.FLOAT)
+        # 1/sqrt (what torch computes for ``pow(v, -0.5)`` and ``rsqrt``), not Pow(-0.5):
+        # the two differ in the last bits, which showed at the 1e-5 logit level in Gemma 4.
+        is_f32 = x.dtype == _F32  # known float32 input: no Cast/CastLike round trip
+        x32 = x if is_f32 else op.Cast(x, to=_F32)
         mean_sq = op.ReduceMean(op.Mul(x32, x32), [-1], keepdims=1)
         inv_rms = op.Reciprocal(op.Sqrt(op.Add(mean_sq, self.eps)))
         y = op.Mul(x32, inv_rms)
         if self.weight is not None:
-            y = op.Mul(y, op.Cast(self.weight, to=ir.DataType.FLOAT))
-        return op.CastLike(y, x)
+            w = self.weight
+            y = op.Mul(y, w if w.dtype == _F32 else op.Cast(w, to=_F32))
+        return y if is_f32 else op.CastLike(y, x)

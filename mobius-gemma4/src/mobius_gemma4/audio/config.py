@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mobius.errors import ConfigError
+from mobius_gemma4 import config_fields as cf
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,19 @@ class Gemma4AudioConfig:
 
 
 def read_audio_config(raw: Mapping[str, Any], *, where: str = "config.json") -> Gemma4AudioConfig:
+    """Build the record from a ``audio_config`` dict; a value of the wrong JSON type is a
+    ConfigError naming the section, never a bare TypeError."""
+    try:
+        return _read(raw, where)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ConfigError(
+            f"audio_config has a value of the wrong type: {e}",
+            where=f"{where}: audio_config",
+            fix="use numbers for sizes and strings for names, as HF's config.json does",
+        ) from e
+
+
+def _read(raw: Mapping[str, Any], where: str) -> Gemma4AudioConfig:
     """Build the record from an ``audio_config`` dict (HF 5.24 defaults for missing keys)."""
     if not isinstance(raw, Mapping):
         raise ConfigError(
@@ -51,28 +65,49 @@ def read_audio_config(raw: Mapping[str, Any], *, where: str = "config.json") -> 
             fix="the checkpoint's config.json must hold audio_config as an object",
         )
     d = Gemma4AudioConfig()
-    channels = tuple(
-        int(c) for c in raw.get("subsampling_conv_channels", d.subsampling_conv_channels)
+    # Checked readers (mobius_gemma4.config_fields): wrong types and absurd sizes are
+    # ConfigErrors naming the key; callers may already pass "...: audio_config".
+    at = where if where.endswith("audio_config") else f"{where}: audio_config"
+    channels = cf.int_list(raw, "subsampling_conv_channels", at, minimum=1, max_len=8) or tuple(
+        d.subsampling_conv_channels
     )
+    window = cf.MAX_KERNEL  # chunk and context sizes shape the [chunk, context] score blocks
     cfg = Gemma4AudioConfig(
-        hidden_size=int(raw.get("hidden_size", d.hidden_size)),
-        num_hidden_layers=int(raw.get("num_hidden_layers", d.num_hidden_layers)),
-        num_attention_heads=int(raw.get("num_attention_heads", d.num_attention_heads)),
-        hidden_act=str(raw.get("hidden_act", d.hidden_act)),
-        subsampling_conv_channels=channels,  # type: ignore[arg-type]
-        conv_kernel_size=int(raw.get("conv_kernel_size", d.conv_kernel_size)),
-        residual_weight=float(raw.get("residual_weight", d.residual_weight)),
-        attention_chunk_size=int(raw.get("attention_chunk_size", d.attention_chunk_size)),
-        attention_context_left=int(raw.get("attention_context_left", d.attention_context_left)),
-        attention_context_right=int(raw.get("attention_context_right", d.attention_context_right)),
-        attention_logit_cap=float(raw.get("attention_logit_cap", d.attention_logit_cap)),
-        attention_invalid_logits_value=float(
-            raw.get("attention_invalid_logits_value", d.attention_invalid_logits_value)
+        hidden_size=cf.positive_int(raw, "hidden_size", d.hidden_size, at),
+        num_hidden_layers=cf.positive_int(
+            raw, "num_hidden_layers", d.num_hidden_layers, at, maximum=cf.MAX_LAYERS
         ),
-        use_clipped_linears=bool(raw.get("use_clipped_linears", d.use_clipped_linears)),
-        rms_norm_eps=float(raw.get("rms_norm_eps", d.rms_norm_eps)),
-        gradient_clipping=float(raw.get("gradient_clipping", d.gradient_clipping)),
-        output_proj_dims=int(raw.get("output_proj_dims", d.output_proj_dims)),
+        num_attention_heads=cf.positive_int(
+            raw, "num_attention_heads", d.num_attention_heads, at, maximum=cf.MAX_HEADS
+        ),
+        hidden_act=cf.string(raw, "hidden_act", d.hidden_act, at),
+        subsampling_conv_channels=channels,  # type: ignore[arg-type]
+        conv_kernel_size=cf.positive_int(
+            raw, "conv_kernel_size", d.conv_kernel_size, at, maximum=cf.MAX_KERNEL
+        ),
+        residual_weight=cf.finite_float(raw, "residual_weight", d.residual_weight, at),
+        attention_chunk_size=cf.positive_int(
+            raw, "attention_chunk_size", d.attention_chunk_size, at, maximum=window
+        ),
+        # HF attends to context_left - 1 past frames, so 0 would mean -1.
+        attention_context_left=cf.positive_int(
+            raw, "attention_context_left", d.attention_context_left, at, maximum=window
+        ),
+        attention_context_right=cf.nonneg_int(
+            raw, "attention_context_right", d.attention_context_right, at, maximum=window
+        ),
+        attention_logit_cap=cf.finite_float(
+            raw, "attention_logit_cap", d.attention_logit_cap, at, positive=True
+        ),
+        attention_invalid_logits_value=cf.finite_float(
+            raw, "attention_invalid_logits_value", d.attention_invalid_logits_value, at
+        ),
+        use_clipped_linears=cf.boolean(raw, "use_clipped_linears", d.use_clipped_linears, at),
+        rms_norm_eps=cf.finite_float(raw, "rms_norm_eps", d.rms_norm_eps, at, positive=True),
+        gradient_clipping=cf.finite_float(
+            raw, "gradient_clipping", d.gradient_clipping, at, positive=True
+        ),
+        output_proj_dims=cf.positive_int(raw, "output_proj_dims", d.output_proj_dims, at),
     )
     if len(channels) != 2 or channels[0] != cfg.num_mel_bins:
         raise ConfigError(

@@ -31,7 +31,7 @@ def tied_head(op, h, weight, vocab: int):
 
 
 class Gemma4CausalLM(nn.Module):
-    def __init__(self, cfg: Gemma4TextConfig, build_dtype: str) -> None:
+    def __init__(self, cfg: Gemma4TextConfig, build_dtype: str, target: str = "default") -> None:
         super().__init__("")
         dtype = ir_dtype(build_dtype)
         self.cfg = cfg
@@ -41,7 +41,7 @@ class Gemma4CausalLM(nn.Module):
         if cfg.has_ple:
             self.ple = Gemma4PerLayerEmbedder(cfg, dtype, build_dtype)
             self.ple._set_name("")  # keep HF names: embed_tokens_per_layer.weight, …
-        self.stack = Gemma4TextStack(cfg, dtype)
+        self.stack = Gemma4TextStack(cfg, dtype, target)
         if not cfg.tie_word_embeddings:
             self.lm_head = nn.Parameter(
                 [cfg.hidden_size, cfg.vocab_size], dtype=dtype, name="lm_head.weight"
@@ -67,11 +67,12 @@ class Gemma4CausalLM(nn.Module):
         return out
 
 
-def build_causal_lm(cfg: Gemma4TextConfig, build_dtype: str) -> ir.Model:
+def build_causal_lm(cfg: Gemma4TextConfig, build_dtype: str, target: str = "default") -> ir.Model:
+    """The ``model`` graph; ``target`` picks the attention op per layer (see ``stack``)."""
     graph, builder, op = new_graph("gemma4_text")
     inputs, outputs = model_ports(cfg, PORT_DTYPE_OF_BUILD_DTYPE[build_dtype])
     ins = declare_inputs(builder, inputs)
-    values = Gemma4CausalLM(cfg, build_dtype)(op, ins)
+    values = Gemma4CausalLM(cfg, build_dtype, target)(op, ins)
     declare_outputs(builder, outputs, values)
     inline_constants(graph)
     return finish_model(graph, builder=builder)

@@ -13,37 +13,42 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius.components import GatedMLP, RMSNorm
 from mobius_gemma4.config import Gemma4TextConfig
-from mobius_gemma4.text.attention import Gemma4Attention
-from mobius_gemma4.text.mlp import Gemma4MLP
+from mobius_gemma4.text.attention import ATTENTION, Gemma4Attention
 from mobius_gemma4.text.moe import Gemma4Experts, Gemma4Router
 from mobius_gemma4.text.per_layer_embeddings import Gemma4PerLayerBlock
-from mobius_gemma4.text.primitives import RMSNorm
 
 
 class Gemma4DecoderLayer(nn.Module):
-    def __init__(self, cfg: Gemma4TextConfig, i: int, dtype: ir.DataType) -> None:
+    def __init__(
+        self, cfg: Gemma4TextConfig, i: int, dtype: ir.DataType, path: str = ATTENTION
+    ) -> None:
         super().__init__()
         H, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.i, self.cfg = i, cfg
-        self.self_attn = Gemma4Attention(cfg, i, dtype)
-        self.mlp = Gemma4MLP(H, cfg.mlp_width(i), dtype)
-        self.input_layernorm = RMSNorm(H, eps, dtype)
-        self.post_attention_layernorm = RMSNorm(H, eps, dtype)
-        self.pre_feedforward_layernorm = RMSNorm(H, eps, dtype)
-        self.post_feedforward_layernorm = RMSNorm(H, eps, dtype)
+        self.self_attn = Gemma4Attention(cfg, i, dtype, path)
+        # GeGLU, width doubled on KV consumers of double-wide models (reference §3.5)
+        self.mlp = GatedMLP(H, cfg.mlp_width(i), "gelu_tanh", dtype=dtype)
+        self.input_layernorm = RMSNorm(H, eps, dtype=dtype)
+        self.post_attention_layernorm = RMSNorm(H, eps, dtype=dtype)
+        self.pre_feedforward_layernorm = RMSNorm(H, eps, dtype=dtype)
+        self.post_feedforward_layernorm = RMSNorm(H, eps, dtype=dtype)
         self.layer_scalar = nn.Parameter([1], dtype=dtype)
         if cfg.enable_moe_block:
             self.router = Gemma4Router(cfg, dtype)
             self.experts = Gemma4Experts(cfg, dtype)
-            self.post_feedforward_layernorm_1 = RMSNorm(H, eps, dtype)
-            self.post_feedforward_layernorm_2 = RMSNorm(H, eps, dtype)
-            self.pre_feedforward_layernorm_2 = RMSNorm(H, eps, dtype)
+            self.post_feedforward_layernorm_1 = RMSNorm(H, eps, dtype=dtype)
+            self.post_feedforward_layernorm_2 = RMSNorm(H, eps, dtype=dtype)
+            self.pre_feedforward_layernorm_2 = RMSNorm(H, eps, dtype=dtype)
         if cfg.has_ple:
             Gemma4PerLayerBlock.attach(self, cfg, dtype)
 
     def forward(self, op, h, cos, sin, mask, ple_flat=None, past=None, shared=None):
-        """Returns ``(h, key, value)``; key/value are this layer's present (or the shared K/V)."""
+        """Returns ``(h, key, value)``; key/value are this layer's present (or the shared K/V).
+
+        ``mask`` is what the layer's attention path takes (see :class:`Gemma4Attention`).
+        """
         a, key, value = self.self_attn(
             op, self.input_layernorm(op, h), cos, sin, mask, past, shared
         )

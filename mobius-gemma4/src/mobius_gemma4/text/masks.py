@@ -2,10 +2,14 @@
 
 Query ``i`` sits at cache index ``P + i`` (``P = total − S``), key ``j`` at ``j``.
 Full layers: ``j ≤ P + i``; sliding layers additionally ``j > P + i − W`` (W keys
-including self). Both exclude keys where ``attention_mask == 0``. Text-only prompts use
-these plain causal masks for ``use_bidirectional_attention = "vision"`` too; the image
-block overlay is the vision issue's. The result is ``[batch, 1, S, total]`` bool, True =
-attend, as ONNX ``Attention`` takes it.
+including self). Both exclude keys where ``attention_mask == 0``. The result is
+``[batch, 1, S, total]`` bool, True = attend, as ONNX ``Attention`` takes it.
+
+``use_bidirectional_attention = "vision"`` (HF 5.24 ``create_masks_for_vision_model``):
+full layers stay causal; sliding layers become ``(causal ∨ same_block) ∧ window``, the
+window applied after the OR. Block ids come from the step's ``input_ids``
+(:func:`image_block_ids`): each maximal run of image/video placeholders gets 0, 1, …,
+everything else −1; past keys are −1, so decode steps are plain causal as in HF.
 """
 
 from __future__ import annotations
@@ -15,10 +19,40 @@ import onnx_ir as ir
 INT64 = ir.DataType.INT64
 
 
-def build_masks(op, attention_mask, seq_len, window: int):
+def image_block_ids(op, input_ids, token_ids: tuple[int, ...]):
+    """``[B, S]`` int64 block id of every position: runs of ``token_ids`` → 0, 1, …; else −1."""
+    hit = None
+    for t in token_ids:
+        eq = op.Equal(input_ids, op.Constant(value_int=t))
+        hit = eq if hit is None else op.Or(hit, eq)
+    v = op.Cast(hit, to=INT64)
+    one = op.Constant(value_ints=[1])
+    zero = op.Constant(value_ints=[0])
+    first = op.Mul(op.Slice(v, zero, one, one), op.Constant(value_int=0))  # [B, 1] zeros
+    prev = op.Concat(first, op.Slice(v, zero, op.Constant(value_ints=[-1]), one), axis=1)
+    starts = op.Mul(v, op.Sub(op.Constant(value_int=1), prev))
+    group = op.Sub(op.CumSum(starts, op.Constant(value_int=1)), op.Constant(value_int=1))
+    return op.Where(hit, group, op.Constant(value_int=-1))
+
+
+def _same_block(op, blocks, past):
+    """``[B, 1, S, T]``: query and key in the same image block (past keys are −1)."""
+    batch = op.Shape(blocks, start=0, end=1)
+    past_ids = op.ConstantOfShape(
+        op.Concat(batch, past, axis=0),
+        value=ir.tensor([-1], dtype=INT64),
+    )
+    keys = op.Unsqueeze(op.Concat(past_ids, blocks, axis=1), [1, 2])  # [B, 1, 1, T]
+    queries = op.Unsqueeze(blocks, [1, 3])  # [B, 1, S, 1]
+    in_block = op.GreaterOrEqual(queries, op.Constant(value_int=0))
+    return op.And(op.Equal(queries, keys), in_block)
+
+
+def build_masks(op, attention_mask, seq_len, window: int, image_blocks=None):
     """Return ``(full_mask, sliding_mask)`` from the 2-D int64 ``attention_mask``.
 
-    ``seq_len`` is a 1-element int64 tensor holding S.
+    ``seq_len`` is a 1-element int64 tensor holding S; ``image_blocks`` the ``[B, S]``
+    ids of :func:`image_block_ids` for the ``"vision"`` overlay (None: plain causal).
     """
     total = op.Shape(attention_mask, start=1, end=2)
     past = op.Sub(total, seq_len)
@@ -30,5 +64,9 @@ def build_masks(op, attention_mask, seq_len, window: int):
     in_window = op.Greater(k_row, op.Sub(q_col, window))
     keep = op.Unsqueeze(op.Not(op.Equal(attention_mask, 0)), [1, 2])  # [B, 1, 1, T]
     full = op.And(keep, causal)
-    sliding = op.And(keep, op.And(causal, in_window))
+    if image_blocks is None:
+        sliding = op.And(keep, op.And(causal, in_window))
+    else:
+        visible = op.Or(causal, _same_block(op, image_blocks, past))  # [B, 1, S, T]
+        sliding = op.And(keep, op.And(visible, in_window))
     return full, sliding

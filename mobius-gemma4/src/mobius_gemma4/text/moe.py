@@ -16,8 +16,8 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius.components import Linear, RMSNorm, activation
 from mobius_gemma4.config import Gemma4TextConfig
-from mobius_gemma4.text.primitives import Linear, gelu_tanh, rms_norm_f32
 
 FLOAT = ir.DataType.FLOAT
 
@@ -27,13 +27,14 @@ class Gemma4Router(nn.Module):
         super().__init__()
         H, E = cfg.hidden_size, cfg.num_experts
         self.eps, self.dtype, self.k, self.hidden = cfg.rms_norm_eps, dtype, cfg.top_k_experts, H
-        self.proj = Linear(H, E, dtype)
+        self.norm = RMSNorm(H, self.eps, with_weight=False, dtype=dtype)
+        self.proj = Linear(H, E, dtype=dtype)
         self.scale = nn.Parameter([H], dtype=dtype)
         self.per_expert_scale = nn.Parameter([E], dtype=dtype)
 
     def forward(self, op, r):
         """``r`` ``[T, H]`` → dense routing weights ``[T, E]`` (float32; zero outside top-k)."""
-        n = rms_norm_f32(op, r, self.eps, None, self.dtype)
+        n = self.norm(op, r)
         n = op.Mul(op.Mul(n, self.scale), self.hidden**-0.5)
         logits = self.proj(op, n)
         probs = op.Softmax(logits if self.dtype == FLOAT else op.Cast(logits, to=FLOAT), axis=-1)
@@ -58,7 +59,7 @@ class Gemma4Experts(nn.Module):
         gate, up = op.Split(
             gu, op.Constant(value_ints=[self.inter, self.inter]), axis=-1, _outputs=2
         )
-        y = op.MatMul(op.Mul(gelu_tanh(op, gate), up), self.down_proj)  # [E, T, H]
+        y = op.MatMul(op.Mul(activation(op, gate, "gelu_tanh"), up), self.down_proj)  # [E, T, H]
         w = op.Unsqueeze(op.Transpose(weights, perm=[1, 0]), [2])  # [E, T, 1]
         if self.dtype == FLOAT:
             return op.ReduceSum(op.Mul(y, w), [0], keepdims=0)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius.components import Linear, RMSNorm, activation
 from mobius_gemma4.config import Gemma4TextConfig, embed_scale
-from mobius_gemma4.text.primitives import Linear, RMSNorm, ScaledEmbedding, gelu_tanh
+from mobius_gemma4.text.primitives import ScaledEmbedding
 
 
 class Gemma4PerLayerEmbedder(nn.Module):
@@ -29,8 +30,8 @@ class Gemma4PerLayerEmbedder(nn.Module):
         self.embed_tokens_per_layer = ScaledEmbedding(
             cfg.vocab_size_per_layer_input, self.L * self.D, embed_scale(self.D, build_dtype), dtype
         )
-        self.per_layer_model_projection = Linear(self.H, self.L * self.D, dtype)
-        self.per_layer_projection_norm = RMSNorm(self.D, cfg.rms_norm_eps, dtype)
+        self.per_layer_model_projection = Linear(self.H, self.L * self.D, dtype=dtype)
+        self.per_layer_projection_norm = RMSNorm(self.D, cfg.rms_norm_eps, dtype=dtype)
 
     def forward(self, op, ids, inputs_embeds):
         shape4 = op.Constant(value_ints=[0, 0, self.L, self.D])
@@ -47,12 +48,12 @@ class Gemma4PerLayerBlock:
     @staticmethod
     def attach(layer: nn.Module, cfg: Gemma4TextConfig, dtype: ir.DataType) -> None:
         H, D = cfg.hidden_size, cfg.hidden_size_per_layer_input
-        layer.per_layer_input_gate = Linear(H, D, dtype)
-        layer.per_layer_projection = Linear(D, H, dtype)
-        layer.post_per_layer_input_norm = RMSNorm(H, cfg.rms_norm_eps, dtype)
+        layer.per_layer_input_gate = Linear(H, D, dtype=dtype)
+        layer.per_layer_projection = Linear(D, H, dtype=dtype)
+        layer.post_per_layer_input_norm = RMSNorm(H, cfg.rms_norm_eps, dtype=dtype)
 
     @staticmethod
     def apply(op, layer: nn.Module, h, ple_flat, i: int, width: int):
         ple_i = op.Slice(ple_flat, [i * width], [(i + 1) * width], [-1])
-        g = op.Mul(gelu_tanh(op, layer.per_layer_input_gate(op, h)), ple_i)
+        g = op.Mul(activation(op, layer.per_layer_input_gate(op, h), "gelu_tanh"), ple_i)
         return op.Add(h, layer.post_per_layer_input_norm(op, layer.per_layer_projection(op, g)))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mobius.errors import ConfigError
+from mobius_gemma4 import config_fields as cf
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,19 @@ _ACTIVATIONS = ("gelu_pytorch_tanh", "gelu")
 
 
 def read_vision_config(raw: Mapping[str, Any], *, where: str = "config.json") -> Gemma4VisionConfig:
+    """Build the record from a ``vision_config`` dict; a value of the wrong JSON type is a
+    ConfigError naming the section, never a bare TypeError."""
+    try:
+        return _read(raw, where)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ConfigError(
+            f"vision_config has a value of the wrong type: {e}",
+            where=f"{where}: vision_config",
+            fix="use numbers for sizes and strings for names, as HF's config.json does",
+        ) from e
+
+
+def _read(raw: Mapping[str, Any], where: str) -> Gemma4VisionConfig:
     """Build the record from a ``vision_config`` dict (HF 5.24 defaults for missing keys)."""
     if not isinstance(raw, Mapping):
         raise ConfigError(
@@ -51,7 +65,10 @@ def read_vision_config(raw: Mapping[str, Any], *, where: str = "config.json") ->
             fix="the checkpoint's config.json must hold vision_config as an object",
         )
     d = Gemma4VisionConfig()
-    rope = raw.get("rope_parameters") or {}
+    # Checked readers (mobius_gemma4.config_fields): wrong types and absurd sizes are
+    # ConfigErrors naming the key; callers may already pass "...: vision_config".
+    at = where if where.endswith("vision_config") else f"{where}: vision_config"
+    rope = cf.mapping(raw, "rope_parameters", at) or {}
     rope_type = rope.get("rope_type", "axial")
     if rope_type not in ("axial", "default"):
         raise ConfigError(
@@ -59,24 +76,38 @@ def read_vision_config(raw: Mapping[str, Any], *, where: str = "config.json") ->
             where=f"{where}: vision_config.rope_parameters.rope_type",
             fix="Gemma 4 vision uses axial 2-D RoPE ('axial'; HF rewrites 'default' to it)",
         )
-    hidden = int(raw.get("hidden_size", d.hidden_size))
-    heads = int(raw.get("num_attention_heads", d.num_attention_heads))
-    head_dim = raw.get("head_dim", d.head_dim) or hidden // heads
+    hidden = cf.positive_int(raw, "hidden_size", d.hidden_size, at)
+    heads = cf.positive_int(
+        raw, "num_attention_heads", d.num_attention_heads, at, maximum=cf.MAX_HEADS
+    )
+    head_dim = raw.get("head_dim", d.head_dim)
+    if head_dim is None or (cf.is_int(head_dim) and head_dim == 0):
+        head_dim = hidden // heads  # HF: a null / 0 head_dim means hidden_size // heads
     cfg = Gemma4VisionConfig(
         hidden_size=hidden,
-        intermediate_size=int(raw.get("intermediate_size", d.intermediate_size)),
-        num_hidden_layers=int(raw.get("num_hidden_layers", d.num_hidden_layers)),
+        intermediate_size=cf.positive_int(raw, "intermediate_size", d.intermediate_size, at),
+        num_hidden_layers=cf.positive_int(
+            raw, "num_hidden_layers", d.num_hidden_layers, at, maximum=cf.MAX_LAYERS
+        ),
         num_attention_heads=heads,
-        num_key_value_heads=int(raw.get("num_key_value_heads", d.num_key_value_heads)),
-        head_dim=int(head_dim),
-        patch_size=int(raw.get("patch_size", d.patch_size)),
-        pooling_kernel_size=int(raw.get("pooling_kernel_size", d.pooling_kernel_size)),
-        position_embedding_size=int(raw.get("position_embedding_size", d.position_embedding_size)),
-        use_clipped_linears=bool(raw.get("use_clipped_linears", d.use_clipped_linears)),
-        standardize=bool(raw.get("standardize", d.standardize)),
-        rms_norm_eps=float(raw.get("rms_norm_eps", d.rms_norm_eps)),
-        rope_theta=float(rope.get("rope_theta", d.rope_theta)),
-        hidden_activation=str(raw.get("hidden_activation", d.hidden_activation)),
+        num_key_value_heads=cf.positive_int(
+            raw, "num_key_value_heads", d.num_key_value_heads, at, maximum=cf.MAX_HEADS
+        ),
+        head_dim=cf.check_int(head_dim, cf.path(at, "head_dim"), minimum=1, maximum=cf.MAX_WIDTH),
+        patch_size=cf.positive_int(raw, "patch_size", d.patch_size, at, maximum=cf.MAX_KERNEL),
+        pooling_kernel_size=cf.positive_int(
+            raw, "pooling_kernel_size", d.pooling_kernel_size, at, maximum=cf.MAX_KERNEL
+        ),
+        position_embedding_size=cf.positive_int(
+            raw, "position_embedding_size", d.position_embedding_size, at, maximum=cf.MAX_POSITIONS
+        ),
+        use_clipped_linears=cf.boolean(raw, "use_clipped_linears", d.use_clipped_linears, at),
+        standardize=cf.boolean(raw, "standardize", d.standardize, at),
+        rms_norm_eps=cf.finite_float(raw, "rms_norm_eps", d.rms_norm_eps, at, positive=True),
+        rope_theta=cf.finite_float(
+            rope, "rope_theta", d.rope_theta, cf.path(at, "rope_parameters"), positive=True
+        ),
+        hidden_activation=cf.string(raw, "hidden_activation", d.hidden_activation, at),
     )
     if cfg.head_dim % 4:
         raise ConfigError(

@@ -10,12 +10,14 @@ Components:
 - ``model`` (single graph): everything; a tied head shares ``embed_tokens.weight``, an
   untied one reads ``lm_head.weight``.
 - ``embedding``: ``embed_tokens`` and the PLE tables/projection/norm.
-- ``decoder``: layers, final norm and ``lm_head.weight`` — a copy of ``embed_tokens``
-  (transposed) when tied.
+- ``decoder``: layers, final norm and ``lm_head.weight`` in the checkpoint's ``[V, H]``
+  layout (the graph uses ``Gemm(transB=1)``) — a plain ref of ``embed_tokens`` when tied,
+  so the package writer streams it instead of materializing a transposed copy.
 
 Known-unused tensors are ignored with a reason: k/v projections and k_norm of
-KV-consumer layers (E2B/E4B ship them), and the vision/audio towers and embedders of a
-multimodal checkpoint until their builders land.
+KV-consumer layers (E2B/E4B ship them), and tower tensors that no encoder of this
+package reads (a ``gemma4_text`` build of a checkpoint that carries towers, or a tower
+whose config is null). Built encoders read their own tensors (:mod:`.media`).
 """
 
 from __future__ import annotations
@@ -32,12 +34,9 @@ LINEAR = "linear"  # [out, in] -> [in, out]
 EXPERTS = "experts"  # [E, out, in] -> [E, in, out]
 PLAIN = "plain"
 
-MEDIA_PREFIXES = (
-    "model.vision_tower.",
-    "model.audio_tower.",
-    "model.embed_vision.",
-    "model.embed_audio.",
-)
+VISION_PREFIXES = ("model.vision_tower.", "model.embed_vision.")
+AUDIO_PREFIXES = ("model.audio_tower.", "model.embed_audio.")
+MEDIA_PREFIXES = VISION_PREFIXES + AUDIO_PREFIXES
 
 
 def layer_parameters(cfg: Gemma4TextConfig, i: int) -> Iterator[tuple[str, str]]:
@@ -139,9 +138,21 @@ def _ignore_known_unused(
                 plan.ignore(
                     name, f"layer {i} reads the KV of layer {text.kv_producer(i)} (KV sharing)"
                 )
+    from mobius_gemma4.ports import has_audio, has_vision
+
+    unread: tuple[str, ...] = ()
+    if not has_vision(config):
+        unread += VISION_PREFIXES
+    if not has_audio(config):
+        unread += AUDIO_PREFIXES
+    reason = (
+        "text-only model type: no encoders are built"
+        if config.model_type == "gemma4_text"
+        else "config.json has no config for this tower, so no encoder reads it"
+    )
     for name in checkpoint.tensors:
-        if name.startswith(MEDIA_PREFIXES):
-            plan.ignore(name, "vision/audio towers are not part of a text build yet")
+        if unread and name.startswith(unread):
+            plan.ignore(name, reason)
     if text.tie_word_embeddings and "lm_head.weight" in checkpoint.tensors:
         plan.ignore("lm_head.weight", "tied head: the graph uses embed_tokens.weight")
 
@@ -160,7 +171,11 @@ def text_weight_plan(
     if component in ("model", "decoder"):
         for name, kind in decoder_parameters(text):
             plan.add(name, _expr(kind, prefix + name, dtype))
-        if component == "decoder" or not text.tie_word_embeddings:
+        if component == "decoder":  # [V, H] as stored: Gemm(transB=1) in the graph
+            plan.add(
+                "lm_head.weight", _expr(PLAIN, _head_source(config, checkpoint, prefix), dtype)
+            )
+        elif not text.tie_word_embeddings:
             plan.add(
                 "lm_head.weight", _expr(LINEAR, _head_source(config, checkpoint, prefix), dtype)
             )

@@ -1,0 +1,342 @@
+"""L3 multimodal parity: ``gemma4`` packages with encoders on ORT CPU vs HF 5.24 in f32.
+
+The package runs through :class:`mobius_runtime.Pipeline` (its executor, so prefill and
+cached decode steps go through the contract: presence-gated encoders on the prompt step,
+``[0, H]`` zero features on decode steps). The reference is one HF
+``Gemma4ForConditionalGeneration`` no-cache forward over prompt + decoded tokens with the
+same pixel / audio inputs (and ``mm_token_type_ids``, which HF needs for the ``"vision"``
+mask). Fixtures (reference/specs.py): ``dense-mm`` (PLE, KV sharing, vision with clipped
+linears that bite + standardize, audio) and ``bidir-mm`` (k_eq_v, vision without
+standardize, ``use_bidirectional_attention = "vision"``, no audio tower).
+
+Bars: logits max|Δ| ≤ 1e-4 (aim 1e-5) with 100 % top-1, encoder features ≤ 1e-5.
+Figures are printed (run with ``-s``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("onnxruntime")
+
+from reference.specs import MAX_PROMPT_ID, MM_TOKEN_IDS
+
+pytestmark = [pytest.mark.reference, pytest.mark.l3]
+
+LOGITS_ATOL = 1e-4
+FEATURES_ATOL = 1e-5
+DECODE_STEPS = 4
+IMG, BOI, EOI = (
+    MM_TOKEN_IDS["image_token_id"],
+    MM_TOKEN_IDS["boi_token_id"],
+    MM_TOKEN_IDS["eoi_token_id"],
+)
+AUD, BOA, EOA = (
+    MM_TOKEN_IDS["audio_token_id"],
+    MM_TOKEN_IDS["boa_token_id"],
+    MM_TOKEN_IDS["eoa_token_index"],
+)
+VID = MM_TOKEN_IDS["video_token_id"]
+
+
+def _image(h: int, w: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+
+
+def _pixels(images: list[np.ndarray], max_patches: int = 126):
+    """Patches of each image at native size (sides multiples of 48: no resize), padded
+    with zero pixels and (−1, −1) positions to ``max_patches`` (reference §13 fixture)."""
+    from mobius_gemma4.vision import Gemma4ImageProcessor, ImageBatch
+
+    proc = Gemma4ImageProcessor(patch_size=16, pooling_kernel_size=3, max_soft_tokens=70)
+    pv, pos, tokens = [], [], []
+    for im in images:
+        proc.max_patches = (im.shape[0] // 16) * (im.shape[1] // 16)  # exactly native
+        p, xy, n = proc.patchify(im)
+        pad = max_patches - len(p)
+        pv.append(np.pad(p, ((0, pad), (0, 0))))
+        pos.append(np.pad(xy, ((0, pad), (0, 0)), constant_values=-1))
+        tokens.append(n)
+    return ImageBatch(np.stack(pv), np.stack(pos), tuple(tokens))
+
+
+def _prompt(rows: list[list[tuple[int, int, int, int]]], length: int, seed: int) -> np.ndarray:
+    """``[B, length]`` ids: per row, text then each media block (begin, n × token, end), with
+    text between and after, so every row has the same length (no padding)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for blocks in rows:
+        media = sum(n + 2 for _, _, n, _ in blocks)
+        text = length - media
+        assert text >= len(blocks) + 1
+        cuts = np.sort(rng.choice(np.arange(1, text), size=len(blocks), replace=False))
+        ids = list(rng.integers(3, MAX_PROMPT_ID, size=text))
+        row: list[int] = []
+        prev = 0
+        for cut, (begin, token, n, end) in zip(cuts, blocks):
+            row += ids[prev:cut] + [begin] + [token] * n + [end]
+            prev = cut
+        out.append(row + ids[prev:])
+    return np.asarray(out, dtype=np.int64)
+
+
+def _with_decode(prompt: np.ndarray, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    extra = rng.integers(3, MAX_PROMPT_ID, size=(prompt.shape[0], DECODE_STEPS))
+    return np.concatenate([prompt, extra], axis=1)
+
+
+def _hf_logits(model, ids: np.ndarray, **media) -> np.ndarray:
+    """HF f32 no-cache forward over ``ids`` with the media inputs (torch tensors)."""
+    import torch
+
+    t = torch.from_numpy(ids)
+    mm_types = (
+        (t == IMG).long() + 2 * (t == VID).long() + 3 * (t == AUD).long()
+    )  # what Gemma4Processor emits
+    with torch.no_grad():
+        out = model(
+            input_ids=t,
+            attention_mask=torch.ones_like(t),
+            mm_token_type_ids=mm_types,
+            use_cache=False,
+            **media,
+        )
+    return out.logits.float().numpy()
+
+
+def _mobius_logits(pipeline, ids: np.ndarray, prompt_len: int, media: dict):
+    """Prefill ``ids[:, :prompt_len]`` with the media, then cached single-token steps."""
+    from mobius_runtime.feeds import to_numpy
+
+    ex = pipeline.executor
+    values = ex.step({"input_ids": ids[:, :prompt_len], **media}, None, 0)
+    outs = {k: to_numpy(v) for k, v in values.items()}
+    chunks = [outs["decoder.logits"]]
+    state = ex.next_state(values)
+    for s in range(prompt_len, ids.shape[1]):
+        values = ex.step({"input_ids": ids[:, s : s + 1]}, state, s)
+        chunks.append(to_numpy(values["decoder.logits"]))
+        state = ex.next_state(values)
+    return np.concatenate(chunks, axis=1).astype(np.float32), outs
+
+
+def _report(label: str, ref: np.ndarray, got: np.ndarray, prompt_len: int) -> float:
+    delta = np.abs(ref - got)
+    top1 = float((ref.argmax(-1) == got.argmax(-1)).mean())
+    print(
+        f"\n[L3-mm] {label}: logits max|Δ| {delta.max():.3e} (prefill "
+        f"{delta[:, :prompt_len].max():.3e}, decode {delta[:, prompt_len:].max():.3e}), "
+        f"top-1 {top1:.1%}"
+    )
+    assert top1 == 1.0, label
+    return float(delta.max())
+
+
+class _Case:
+    """One fixture's checkpoint, HF model and loaded package (made once per module)."""
+
+    def __init__(self, cache, name: str) -> None:
+        from reference.hf_runner import load_model
+
+        from mobius_runtime import Pipeline
+
+        self.pair = cache.checkpoint(name)
+        self.build = cache.build(name)
+        self.hf = load_model(self.pair.saved, "gemma4")
+        self.pipeline = Pipeline.load(self.build.out, device="cpu", threads=1)
+
+
+@pytest.fixture(scope="module")
+def dense(reference_cache):
+    return _Case(reference_cache, "dense-mm")
+
+
+@pytest.fixture(scope="module")
+def bidir(reference_cache):
+    return _Case(reference_cache, "bidir-mm")
+
+
+def _image_case(case, images, rows, length, seed, label):
+    import torch
+
+    batch = _pixels(images)
+    assert list(batch.num_soft_tokens) == [b[2] for r in rows for b in r]
+    prompt = _prompt(rows, length, seed)
+    ids = _with_decode(prompt, seed + 1)
+    ref = _hf_logits(
+        case.hf,
+        ids,
+        pixel_values=torch.from_numpy(batch.pixel_values),
+        image_position_ids=torch.from_numpy(batch.pixel_position_ids),
+    )
+    media = {"pixel_values": batch.pixel_values, "pixel_position_ids": batch.pixel_position_ids}
+    got, outs = _mobius_logits(case.pipeline, ids, prompt.shape[1], media)
+    with torch.no_grad():
+        feats = case.hf.model.get_image_features(
+            torch.from_numpy(batch.pixel_values),
+            torch.from_numpy(batch.pixel_position_ids),
+            return_dict=True,
+        ).pooler_output
+    ref_feats = torch.cat(list(feats), dim=0).numpy()
+    got_feats = outs["vision_encoder.image_features"]
+    assert got_feats.shape == ref_feats.shape == (sum(batch.num_soft_tokens), 64)
+    fd = float(np.abs(got_feats - ref_feats).max())
+    print(f"\n[L3-mm] {label}: image_features max|Δ| {fd:.3e}")
+    assert fd <= FEATURES_ATOL
+    assert _report(label, ref, got, prompt.shape[1]) <= LOGITS_ATOL
+    return ref, got
+
+
+def test_image_prompt(dense):
+    """One 144×192 image → 108 patches padded to 126 → 12 soft tokens in a 24-token prompt."""
+    _image_case(dense, [_image(144, 192, 0)], [[(BOI, IMG, 12, EOI)]], 24, 10, "dense-mm image")
+
+
+def test_image_batch_of_two_sizes(dense):
+    """Batch 2: 144×192 (12 tokens) and 96×144 (6 tokens) in HF's flattened order."""
+    _image_case(
+        dense,
+        [_image(144, 192, 1), _image(96, 144, 2)],
+        [[(BOI, IMG, 12, EOI)], [(BOI, IMG, 6, EOI)]],
+        26,
+        20,
+        "dense-mm image batch 2",
+    )
+
+
+def test_two_images_in_one_prompt(dense):
+    """Two images in one row: rows of image_features follow the prompt order."""
+    _image_case(
+        dense,
+        [_image(96, 144, 3), _image(144, 96, 4)],
+        [[(BOI, IMG, 6, EOI), (BOI, IMG, 6, EOI)]],
+        24,
+        30,
+        "dense-mm two images",
+    )
+
+
+def _audio_case(case, clips, length, seed, label):
+    import torch
+
+    from mobius_gemma4.audio import Gemma4AudioFeatureExtractor
+
+    batch = Gemma4AudioFeatureExtractor()(clips)
+    rows = [[(BOA, AUD, n, EOA)] for n in batch.num_soft_tokens]
+    prompt = _prompt(rows, length, seed)
+    ids = _with_decode(prompt, seed + 1)
+    ref = _hf_logits(
+        case.hf,
+        ids,
+        input_features=torch.from_numpy(batch.input_features),
+        input_features_mask=torch.from_numpy(batch.input_features_mask),
+    )
+    media = {
+        "input_features": batch.input_features,
+        "input_features_mask": batch.input_features_mask,
+    }
+    got, outs = _mobius_logits(case.pipeline, ids, prompt.shape[1], media)
+    with torch.no_grad():
+        enc = case.hf.model.get_audio_features(
+            torch.from_numpy(batch.input_features),
+            torch.from_numpy(batch.input_features_mask),
+            return_dict=True,
+        )
+    ref_feats = enc.pooler_output[enc.attention_mask].numpy()
+    got_feats = outs["audio_encoder.audio_features"]
+    assert got_feats.shape == ref_feats.shape == (sum(batch.num_soft_tokens), 64)
+    fd = float(np.abs(got_feats - ref_feats).max())
+    print(f"\n[L3-mm] {label}: audio_features max|Δ| {fd:.3e}")
+    assert fd <= FEATURES_ATOL
+    assert _report(label, ref, got, prompt.shape[1]) <= LOGITS_ATOL
+    return batch
+
+
+def test_audio_prompt(dense):
+    """A 1.2 s clip → 119 × 128 features → 30 soft tokens."""
+    clip = (0.1 * np.random.default_rng(5).standard_normal(19_200)).astype(np.float32)
+    batch = _audio_case(dense, [clip], 44, 40, "dense-mm audio 1.2 s")
+    assert batch.input_features.shape[1:] == (119, 128)
+    assert batch.num_soft_tokens == (30,)
+
+
+def test_right_padded_audio_batch(dense):
+    """Batch 2 of unequal clips (1.2 s and 0.7 s): padded frames give no soft tokens."""
+    rng = np.random.default_rng(6)
+    clips = [
+        (0.1 * rng.standard_normal(19_200)).astype(np.float32),
+        (0.1 * rng.standard_normal(11_200)).astype(np.float32),
+    ]
+    batch = _audio_case(dense, clips, 44, 50, "dense-mm audio batch 2")
+    assert batch.num_soft_tokens[0] > batch.num_soft_tokens[1]
+
+
+def test_text_only_prompt_skips_encoders(dense):
+    """No media: the encoders do not run, the features are ``[0, H]`` zeros, logits match."""
+    ids = _with_decode(_prompt([[]], 20, 60), 61)
+    ref = _hf_logits(dense.hf, ids)
+    got, outs = _mobius_logits(dense.pipeline, ids, 20, {})
+    assert not any(k.startswith(("vision_encoder.", "audio_encoder.")) for k in outs)
+    assert _report("dense-mm text only", ref, got, 20) <= LOGITS_ATOL
+
+
+def test_vision_bidirectional_mask(bidir):
+    """``"vision"`` mask: sliding layers see the whole 12-token image block (longer than the
+    window of 8), full layers stay causal; decode steps are plain causal."""
+    import torch
+
+    ref, _ = _image_case(
+        bidir, [_image(144, 192, 7)], [[(BOI, IMG, 12, EOI)]], 24, 70, "bidir-mm image"
+    )
+    # The overlay must matter on this prompt, or the test could not catch its absence.
+    batch = _pixels([_image(144, 192, 7)])
+    ids = _with_decode(_prompt([[(BOI, IMG, 12, EOI)]], 24, 70), 71)
+    with torch.no_grad():
+        causal = case_logits_without_overlay(bidir.hf, ids, batch)
+    assert np.abs(causal - ref).max() > 1e-3
+
+
+def case_logits_without_overlay(model, ids, batch) -> np.ndarray:
+    """HF logits without ``mm_token_type_ids``: plain causal masks everywhere."""
+    import torch
+
+    t = torch.from_numpy(ids)
+    out = model(
+        input_ids=t,
+        attention_mask=torch.ones_like(t),
+        pixel_values=torch.from_numpy(batch.pixel_values),
+        image_position_ids=torch.from_numpy(batch.pixel_position_ids),
+        use_cache=False,
+    )
+    return out.logits.float().numpy()
+
+
+def test_vision_bidirectional_batch(bidir):
+    """The overlay with batch 2 and two image blocks in one row (block ids 0 and 1)."""
+    _image_case(
+        bidir,
+        [_image(96, 144, 8), _image(144, 96, 9), _image(144, 192, 10)],
+        [[(BOI, IMG, 6, EOI), (BOI, IMG, 6, EOI)], [(BOI, IMG, 12, EOI)]],
+        26,
+        80,
+        "bidir-mm batch 2, two blocks in row 0",
+    )
+
+
+def test_package_reads_every_tower_tensor(dense, bidir):
+    """Encoders read their towers: no checkpoint tensor is left unused, and the package
+    carries the onnxruntime-genai processor files."""
+    for case, files in (
+        (dense, ("image_processor.json", "audio_processor.json")),
+        (bidir, ("image_processor.json",)),
+    ):
+        assert case.build.unused == ()
+        assert {"vision_encoder", "embedding", "decoder"} <= set(case.build.components)
+        for name in files:
+            assert (case.build.out / name).is_file()
+    assert "audio_encoder" not in bidir.build.components
+    assert not (bidir.build.out / "audio_processor.json").exists()
