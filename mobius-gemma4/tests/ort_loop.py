@@ -17,11 +17,19 @@ that names the port. Tensors are kept as ``OrtValue`` between steps so bfloat16
 state never passes through numpy; the caller-read outputs (logits) get a
 float32 Cast appended (in a copy of the graph) when they are not float32,
 because onnxruntime cannot hand bfloat16 to numpy.
+
+bf16 packages: onnxruntime's CPU provider has no bfloat16 kernels, so by default
+a package whose manifest says ``dtype: bf16`` is loaded through
+:func:`mobius_testing.bf16_emulation.emulate_bf16` (float32 graph, rounded to
+bf16 after every op that stores bf16; fusions off). Inputs, state and outputs
+are then float32 holding bf16 values; ``runner.bf16_emulated`` says so. On a
+CUDA provider the same package would run natively; this runner is CPU-only.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,14 +94,17 @@ class _Session:
 
 
 class ContractRunner:
-    """Runs one package's contract on onnxruntime CPU.
+    """Runs one package's contract on onnxruntime CPU (bf16 packages: emulated, see module doc).
 
     ``step(input_ids)`` runs one prefill or decode step (``input_ids [B, S]``) and
     returns the caller-read outputs (``contract.outputs``, e.g. ``decoder.logits``)
     as float32 numpy arrays keyed by ``component.port``.
     """
 
-    def __init__(self, package: Path, *, threads: int = 1) -> None:
+    def __init__(
+        self, package: Path, *, threads: int = 1, emulate_bf16: bool | None = None
+    ) -> None:
+        """Open every text component; ``emulate_bf16`` None = when the package is bf16."""
         import onnxruntime as ort
 
         from mobius.contract import Contract
@@ -101,6 +112,10 @@ class ContractRunner:
         self.root = Path(package)
         self.manifest = json.loads((self.root / "mobius.json").read_text())
         self.contract = Contract.from_dict(self.manifest["contract"])
+        if emulate_bf16 is None:
+            emulate_bf16 = self.manifest.get("dtype") == "bf16"
+        self.bf16_emulated = False
+        self._scratch: tempfile.TemporaryDirectory | None = None
         readers: dict[str, list[str]] = {}
         for full in self.contract.outputs:
             comp, port = full.split(".", 1)
@@ -112,7 +127,12 @@ class ContractRunner:
         self.sessions: dict[str, _Session] = {}
         for comp in self._order():
             path = self.root / self.manifest["components"][comp]["path"]
-            probe = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+            comp_opts = opts
+            if emulate_bf16:
+                emulated = self._emulated(comp, path)
+                if emulated is not None:
+                    path, comp_opts = emulated, self._emulation_options(threads)
+            probe = ort.InferenceSession(str(path), comp_opts, providers=["CPUExecutionProvider"])
             out_types = {o.name: o.type for o in probe.get_outputs()}
             need_cast = [p for p in readers.get(comp, []) if out_types.get(p) != "tensor(float)"]
             need_cast = [p for p in need_cast if out_types.get(p, "").startswith("tensor(")]
@@ -120,7 +140,7 @@ class ContractRunner:
             if need_cast:
                 sess = ort.InferenceSession(
                     str(_with_f32_outputs(path, need_cast)),
-                    opts,
+                    comp_opts,
                     providers=["CPUExecutionProvider"],
                 )
             self.sessions[comp] = _Session(
@@ -133,6 +153,32 @@ class ContractRunner:
         self._check_sources()
         self.state: dict[str, object] = {}
         self.past = 0
+
+    def _emulated(self, comp: str, path: Path) -> Path | None:
+        """A float32 bf16-emulating copy of the graph at ``path`` (None: it has no bf16).
+
+        Written to a scratch folder owned by the runner, never into the package.
+        """
+        import onnx_ir as ir
+
+        from mobius_testing.bf16_emulation import emulate_bf16, has_bf16
+
+        model = ir.load(str(path))
+        if not has_bf16(model):
+            return None
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="mobius-bf16emu-")
+        out = Path(self._scratch.name) / comp / path.name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        ir.save(emulate_bf16(model), str(out), external_data=out.name + ".data")
+        self.bf16_emulated = True
+        return out
+
+    @staticmethod
+    def _emulation_options(threads: int):
+        from mobius_testing.bf16_emulation import emulation_session_options
+
+        return emulation_session_options(threads)
 
     def _order(self) -> list[str]:
         """Text-only components in dependency order (producers of same-step edges first).
