@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mobius.errors import ConfigError
+from mobius_gemma4 import config_fields as cf
 
 FULL = "full_attention"
 SLIDING = "sliding_attention"
@@ -145,222 +145,251 @@ class Gemma4Config:
 
 
 # ---------------------------------------------------------------------------- reading
-
-
-def _err(what: str, where: str, fix: str) -> ConfigError:
-    return ConfigError(what, where=where, fix=fix)
-
-
-def _int(cfg: Mapping[str, Any], key: str, default: int | None, where: str) -> int:
-    value = cfg.get(key, default)
-    if value is None:
-        value = default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _err(
-            f"{key} must be a non-negative integer, got {value!r}",
-            f"{where}.{key}",
-            "fix the value in config.json",
-        )
-    return value
-
-
-def _positive(cfg: Mapping[str, Any], key: str, default: int, where: str) -> int:
-    value = _int(cfg, key, default, where)
-    if value == 0:
-        raise _err(f"{key} must be positive, got 0", f"{where}.{key}", "fix config.json")
-    return value
-
-
-def _optional_int(cfg: Mapping[str, Any], key: str, where: str) -> int | None:
-    value = cfg.get(key)
-    if value is None:
-        return None
-    return _int(cfg, key, None, where)
+#
+# Every raw value goes through mobius_gemma4.config_fields, so malformed JSON (wrong
+# types, NaN, absurd sizes) is a ConfigError naming its key path, never a bare
+# TypeError, and no size can make the loops below run away (at most MAX_LAYERS).
 
 
 def _rope(cfg: Mapping[str, Any], where: str) -> dict[str, RopeParams]:
-    raw = cfg.get("rope_parameters") or DEFAULT_ROPE
-    if not isinstance(raw, Mapping):
-        raise _err(
-            "rope_parameters must be an object", f"{where}.rope_parameters", "fix config.json"
-        )
+    """``rope_parameters`` per layer type; absent, null or empty entries take HF defaults."""
+    raw = cf.mapping(cfg, "rope_parameters", where) or DEFAULT_ROPE
+    rope_where = cf.path(where, "rope_parameters")
     out: dict[str, RopeParams] = {}
     for layer_type in LAYER_TYPES:
-        p = raw.get(layer_type) or DEFAULT_ROPE[layer_type]
-        rope_type = p.get("rope_type", "default")
-        if rope_type not in ("default", "proportional"):
-            raise _err(
-                f"unsupported rope_type {rope_type!r} for {layer_type}",
-                f"{where}.rope_parameters.{layer_type}.rope_type",
-                "Gemma 4 uses 'default' (sliding) and 'proportional' (full)",
-            )
+        p = cf.mapping(raw, layer_type, rope_where) or DEFAULT_ROPE[layer_type]
+        at = cf.path(rope_where, layer_type)
         out[layer_type] = RopeParams(
-            rope_type=rope_type,
-            rope_theta=float(p.get("rope_theta", DEFAULT_ROPE[layer_type]["rope_theta"])),
-            partial_rotary_factor=float(p.get("partial_rotary_factor", 1.0)),
-            factor=float(p.get("factor", 1.0)),
+            rope_type=cf.string(p, "rope_type", "default", at, choices=("default", "proportional")),
+            rope_theta=cf.finite_float(
+                p, "rope_theta", DEFAULT_ROPE[layer_type]["rope_theta"], at, positive=True
+            ),
+            partial_rotary_factor=cf.finite_float(
+                p, "partial_rotary_factor", 1.0, at, positive=True, maximum=1.0
+            ),
+            factor=cf.finite_float(p, "factor", 1.0, at, positive=True),
         )
     return out
 
 
-def read_text_config(cfg: Mapping[str, Any], where: str = "config.json") -> Gemma4TextConfig:
-    """Resolve a ``gemma4_text`` config dict (top level or ``text_config``) as HF 5.24 does."""
-    if not isinstance(cfg, Mapping):
-        raise _err("text config must be a JSON object", where, "fix config.json")
-    L = _positive(cfg, "num_hidden_layers", 30, where)
-    layer_types = list(cfg.get("layer_types") or [])
-    if not layer_types:
+def _layer_types(cfg: Mapping[str, Any], L: int, where: str) -> list[str]:
+    """One type per layer (HF's 5-sliding-1-full default when absent); the last is full."""
+    given = cf.str_list(cfg, "layer_types", where)
+    if not given:
         layer_types = [FULL if (i + 1) % 6 == 0 else SLIDING for i in range(L)]
+    else:
+        layer_types = list(given)
     if len(layer_types) != L:
-        raise _err(
+        raise cf.fail(
             f"layer_types has {len(layer_types)} entries but num_hidden_layers is {L}",
-            f"{where}.layer_types",
+            cf.path(where, "layer_types"),
             "give one layer type per layer",
         )
     for i, t in enumerate(layer_types):
         if t not in LAYER_TYPES:
-            raise _err(
+            raise cf.fail(
                 f"unknown layer type {t!r} at index {i}",
-                f"{where}.layer_types[{i}]",
-                f"use one of {LAYER_TYPES}",
+                cf.path(cf.path(where, "layer_types"), i),
+                f"use one of {', '.join(LAYER_TYPES)}",
             )
     layer_types[-1] = FULL  # HF forces the last layer to full attention
+    return layer_types
 
-    bidir = cfg.get("use_bidirectional_attention")
-    if bidir == "all":
-        raise _err(
-            "use_bidirectional_attention = 'all' (fully bidirectional text) is not supported",
-            f"{where}.use_bidirectional_attention",
-            "mobius builds causal Gemma 4 decoders; use null or 'vision'",
-        )
-    if bidir not in (None, "vision"):
-        raise _err(
-            f"unknown use_bidirectional_attention {bidir!r}",
-            f"{where}.use_bidirectional_attention",
-            "use null or 'vision'",
-        )
 
-    k_eq_v = bool(cfg.get("attention_k_eq_v", False))
-    head_dim = _positive(cfg, "head_dim", 256, where)
-    kvh = _positive(cfg, "num_key_value_heads", 4, where)
-    if "per_layer_config" in cfg and cfg["per_layer_config"] is not None:
-        plc = cfg["per_layer_config"]
-        if not isinstance(plc, Mapping):
-            raise _err("per_layer_config must be an object", f"{where}.per_layer_config", "fix it")
-        overrides: dict[int, Mapping[str, Any]] = {}
-        for k, v in plc.items():
-            try:
-                idx = int(k)
-            except ValueError:
-                idx = -1
-            if not 0 <= idx < L or not isinstance(v, Mapping):
-                raise _err(
-                    f"bad per_layer_config entry {k!r}",
-                    f"{where}.per_layer_config.{k}",
-                    "keys are layer indices 0..L-1 mapping to objects",
-                )
-            overrides[idx] = v
+def _layer_index(key: Any, L: int) -> int | None:
+    """The layer a ``per_layer_config`` key names (``"5"`` or 5), or None if it names none."""
+    if cf.is_int(key):
+        idx = key
+    elif isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 6:
+        idx = int(key)
     else:
-        o: dict[str, Any] = {"head_dim": cfg.get("global_head_dim", 512)}
-        if k_eq_v and cfg.get("num_global_key_value_heads") is not None:
-            o["num_key_value_heads"] = cfg["num_global_key_value_heads"]
-        overrides = {i: o for i, t in enumerate(layer_types) if t == FULL}
-    head_dims = tuple(
-        _positive(overrides.get(i, {}), "head_dim", head_dim, f"{where}.layer {i}")
-        for i in range(L)
-    )
-    kv_heads = tuple(
-        _positive(overrides.get(i, {}), "num_key_value_heads", kvh, f"{where}.layer {i}")
-        for i in range(L)
-    )
-    n_heads = _positive(cfg, "num_attention_heads", 8, where)
+        return None
+    return idx if 0 <= idx < L else None
+
+
+def _overrides(
+    cfg: Mapping[str, Any], L: int, layer_types: list[str], k_eq_v: bool, where: str
+) -> dict[int, tuple[Mapping[str, Any], str]]:
+    """Per-layer ``head_dim`` / ``num_key_value_heads`` overrides and where each came from.
+
+    ``per_layer_config`` wins when present (reference §2.1); otherwise full layers take
+    ``global_head_dim`` (default 512, null → ``head_dim``) and, with k_eq_v,
+    ``num_global_key_value_heads``.
+    """
+    plc = cf.mapping(cfg, "per_layer_config", where)
+    if plc is not None:
+        overrides: dict[int, tuple[Mapping[str, Any], str]] = {}
+        plc_where = cf.path(where, "per_layer_config")
+        for k, v in plc.items():
+            idx = _layer_index(k, L)
+            if idx is None or not isinstance(v, Mapping):
+                raise cf.fail(
+                    f"bad per_layer_config entry {str(k)[:40]!r}",
+                    cf.path(plc_where, str(k)[:40]),
+                    f"keys are layer indices 0..{L - 1} mapping to objects",
+                )
+            overrides[idx] = (v, cf.path(plc_where, str(k)))
+        return overrides
+    o: dict[str, Any] = {}
+    raw_hd = cfg.get("global_head_dim", 512)
+    if raw_hd is not None:
+        o["head_dim"] = cf.positive_int(cfg, "global_head_dim", 512, where)
+    if k_eq_v and cfg.get("num_global_key_value_heads") is not None:
+        o["num_key_value_heads"] = cf.positive_int(
+            cfg, "num_global_key_value_heads", 1, where, maximum=cf.MAX_HEADS
+        )
+    return {i: (o, where) for i, t in enumerate(layer_types) if t == FULL}
+
+
+def _geometry(
+    cfg: Mapping[str, Any], L: int, layer_types: list[str], k_eq_v: bool, where: str
+) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """Head dim and KV heads of every layer, and the query head count, cross-checked."""
+    head_dim = cf.positive_int(cfg, "head_dim", 256, where)
+    kvh = cf.positive_int(cfg, "num_key_value_heads", 4, where, maximum=cf.MAX_HEADS)
+    n_heads = cf.positive_int(cfg, "num_attention_heads", 8, where, maximum=cf.MAX_HEADS)
+    overrides = _overrides(cfg, L, layer_types, k_eq_v, where)
+    none: tuple[Mapping[str, Any], str] = ({}, where)
+    head_dims = []
+    kv_heads = []
     for i in range(L):
+        o, at = overrides.get(i, none)
+        head_dims.append(cf.positive_int(o, "head_dim", head_dim, at))
+        kv_heads.append(cf.positive_int(o, "num_key_value_heads", kvh, at, maximum=cf.MAX_HEADS))
         if n_heads % kv_heads[i]:
-            raise _err(
+            raise cf.fail(
                 f"layer {i}: num_attention_heads {n_heads} is not a multiple of its KV heads "
                 f"{kv_heads[i]}",
-                f"{where}.num_key_value_heads",
+                cf.path(at, "num_key_value_heads"),
                 "fix the head counts",
             )
     for t in set(layer_types):
         dims = {head_dims[i] for i in range(L) if layer_types[i] == t}
         if len(dims) != 1:
-            raise _err(
+            raise cf.fail(
                 f"layers of type {t} have different head dims {sorted(dims)}",
-                f"{where}.per_layer_config",
+                cf.path(where, "per_layer_config"),
                 "mobius needs one head dim per layer type",
             )
+    return tuple(head_dims), tuple(kv_heads), n_heads
 
-    n_sh = _int(cfg, "num_kv_shared_layers", 0, where)
+
+def _kv_shared(cfg: Mapping[str, Any], L: int, layer_types: list[str], where: str) -> int:
+    """``num_kv_shared_layers``: below L, and every shared type has an owner before the block."""
+    n_sh = cf.nonneg_int(cfg, "num_kv_shared_layers", 0, where, maximum=cf.MAX_LAYERS)
     if n_sh >= L:
-        raise _err(
+        raise cf.fail(
             f"num_kv_shared_layers {n_sh} leaves no layer owning a KV cache",
-            f"{where}.num_kv_shared_layers",
+            cf.path(where, "num_kv_shared_layers"),
             "use a value below num_hidden_layers",
         )
-    if n_sh:
-        owners = set(layer_types[: L - n_sh])
-        if owners != set(layer_types):
-            raise _err(
-                "some KV-sharing layer type has no cache-owning layer before the shared block",
-                f"{where}.num_kv_shared_layers",
-                "each layer type used after L - num_kv_shared_layers must occur before it",
-            )
+    if n_sh and set(layer_types[: L - n_sh]) != set(layer_types):
+        raise cf.fail(
+            "some KV-sharing layer type has no cache-owning layer before the shared block",
+            cf.path(where, "num_kv_shared_layers"),
+            "each layer type used after L - num_kv_shared_layers must occur before it",
+        )
+    return n_sh
 
-    moe = bool(cfg.get("enable_moe_block", False))
-    num_experts = _optional_int(cfg, "num_experts", where)
-    top_k = _optional_int(cfg, "top_k_experts", where)
-    moe_i = _optional_int(cfg, "moe_intermediate_size", where)
+
+def _bidirectional(cfg: Mapping[str, Any], where: str) -> str | None:
+    bidir = cfg.get("use_bidirectional_attention")
+    if bidir is None:
+        return None
+    if bidir == "all":
+        raise cf.fail(
+            "use_bidirectional_attention = 'all' (fully bidirectional text) is not supported",
+            cf.path(where, "use_bidirectional_attention"),
+            "mobius builds causal Gemma 4 decoders; use null or 'vision'",
+        )
+    return cf.string(cfg, "use_bidirectional_attention", "vision", where, choices=("vision",))
+
+
+def _ple(cfg: Mapping[str, Any], where: str) -> int:
+    """``hidden_size_per_layer_input``: absent → 256 (HF 5.24), null or 0 → PLE off."""
+    if "hidden_size_per_layer_input" in cfg and cfg["hidden_size_per_layer_input"] is None:
+        return 0
+    return cf.nonneg_int(cfg, "hidden_size_per_layer_input", 256, where)
+
+
+def _eos(cfg: Mapping[str, Any], where: str) -> tuple[int, ...]:
+    """``eos_token_id``: one id or a list of ids (absent → 1, null → none)."""
+    if "eos_token_id" not in cfg:
+        return (1,)
+    ids = cf.int_list(cfg, "eos_token_id", where, maximum=cf.MAX_TOKEN_ID, max_len=64, scalar=True)
+    return ids or ()
+
+
+def _moe(cfg: Mapping[str, Any], where: str) -> tuple[bool, int | None, int | None, int | None]:
+    moe = cf.boolean(cfg, "enable_moe_block", False, where)
+    num_experts = cf.optional_int(cfg, "num_experts", where, maximum=cf.MAX_EXPERTS)
+    top_k = cf.optional_int(cfg, "top_k_experts", where, maximum=cf.MAX_EXPERTS)
+    moe_i = cf.optional_int(cfg, "moe_intermediate_size", where)
     if moe and not (num_experts and top_k and moe_i and top_k <= num_experts):
-        raise _err(
+        raise cf.fail(
             "enable_moe_block needs num_experts, top_k_experts <= num_experts and "
             "moe_intermediate_size",
             where,
             "set the MoE sizes in config.json",
         )
-    act = cfg.get("hidden_activation", "gelu_pytorch_tanh")
-    if act != "gelu_pytorch_tanh":
-        raise _err(
-            f"unsupported hidden_activation {act!r}",
-            f"{where}.hidden_activation",
-            "Gemma 4 uses gelu_pytorch_tanh",
-        )
-    if cfg.get("attention_bias", False):
-        raise _err("attention_bias = true is not supported", f"{where}.attention_bias", "set false")
+    return moe, num_experts, top_k, moe_i
 
-    softcap = cfg.get("final_logit_softcapping")
-    eos = cfg.get("eos_token_id", 1)
-    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
-    ple = cfg.get("hidden_size_per_layer_input", 256)
+
+def read_text_config(cfg: Mapping[str, Any], where: str = "config.json") -> Gemma4TextConfig:
+    """Resolve a ``gemma4_text`` config dict (top level or ``text_config``) as HF 5.24 does."""
+    if not isinstance(cfg, Mapping):
+        raise cf.fail("text config must be a JSON object", where, "fix config.json")
+    L = cf.positive_int(cfg, "num_hidden_layers", 30, where, maximum=cf.MAX_LAYERS)
+    layer_types = _layer_types(cfg, L, where)
+    bidir = _bidirectional(cfg, where)
+    k_eq_v = cf.boolean(cfg, "attention_k_eq_v", False, where)
+    head_dims, kv_heads, n_heads = _geometry(cfg, L, layer_types, k_eq_v, where)
+    n_sh = _kv_shared(cfg, L, layer_types, where)
+    moe, num_experts, top_k, moe_i = _moe(cfg, where)
+    act = cf.string(
+        cfg, "hidden_activation", "gelu_pytorch_tanh", where, choices=("gelu_pytorch_tanh",)
+    )
+    if cf.boolean(cfg, "attention_bias", False, where):
+        raise cf.fail(
+            "attention_bias = true is not supported",
+            cf.path(where, "attention_bias"),
+            "set false",
+        )
     return Gemma4TextConfig(
-        vocab_size=_positive(cfg, "vocab_size", 262_144, where),
-        hidden_size=_positive(cfg, "hidden_size", 2304, where),
-        intermediate_size=_positive(cfg, "intermediate_size", 9216, where),
+        vocab_size=cf.positive_int(cfg, "vocab_size", 262_144, where, maximum=cf.MAX_VOCAB),
+        hidden_size=cf.positive_int(cfg, "hidden_size", 2304, where),
+        intermediate_size=cf.positive_int(cfg, "intermediate_size", 9216, where),
         num_hidden_layers=L,
         num_attention_heads=n_heads,
         layer_types=tuple(layer_types),
         head_dims=head_dims,
         kv_heads=kv_heads,
-        sliding_window=_positive(cfg, "sliding_window", 512, where),
-        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        max_position_embeddings=_positive(cfg, "max_position_embeddings", 131_072, where),
+        sliding_window=cf.positive_int(cfg, "sliding_window", 512, where, maximum=cf.MAX_POSITIONS),
+        rms_norm_eps=cf.finite_float(cfg, "rms_norm_eps", 1e-6, where, positive=True),
+        max_position_embeddings=cf.positive_int(
+            cfg, "max_position_embeddings", 131_072, where, maximum=cf.MAX_POSITIONS
+        ),
         rope_parameters=_rope(cfg, where),
-        final_logit_softcapping=None if softcap is None else float(softcap),
-        hidden_size_per_layer_input=int(ple) if ple else 0,
-        vocab_size_per_layer_input=_int(cfg, "vocab_size_per_layer_input", 262_144, where),
+        final_logit_softcapping=cf.optional_float(
+            cfg, "final_logit_softcapping", where, positive=True
+        ),
+        hidden_size_per_layer_input=_ple(cfg, where),
+        vocab_size_per_layer_input=cf.nonneg_int(
+            cfg, "vocab_size_per_layer_input", 262_144, where, maximum=cf.MAX_VOCAB
+        ),
         attention_k_eq_v=k_eq_v,
         num_kv_shared_layers=n_sh,
-        use_double_wide_mlp=bool(cfg.get("use_double_wide_mlp", False)),
+        use_double_wide_mlp=cf.boolean(cfg, "use_double_wide_mlp", False, where),
         enable_moe_block=moe,
         num_experts=num_experts,
         top_k_experts=top_k,
         moe_intermediate_size=moe_i,
         use_bidirectional_attention=bidir,
         hidden_activation=act,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)),
-        pad_token_id=_int(cfg, "pad_token_id", 0, where),
-        bos_token_id=_optional_int(cfg, "bos_token_id", where),
-        eos_token_id=eos_ids,
+        tie_word_embeddings=cf.boolean(cfg, "tie_word_embeddings", True, where),
+        pad_token_id=cf.nonneg_int(cfg, "pad_token_id", 0, where, maximum=cf.MAX_TOKEN_ID),
+        bos_token_id=cf.optional_int(cfg, "bos_token_id", where, maximum=cf.MAX_TOKEN_ID),
+        eos_token_id=_eos(cfg, where),
     )
 
 
@@ -382,24 +411,28 @@ def read_config(model_type: str, raw: Mapping[str, Any]) -> Gemma4Config:
     if model_type == "gemma4_text":
         return Gemma4Config(model_type=model_type, text=read_text_config(raw), raw=raw)
     if model_type != "gemma4":
-        raise _err(
-            f"mobius-gemma4 cannot read model_type {model_type!r}",
+        raise cf.fail(
+            f"mobius-gemma4 cannot read model_type {cf.show(model_type)}",
             "config.json.model_type",
             f"supported: {', '.join(MODEL_TYPES)}",
         )
-    text = raw.get("text_config")
-    if text is None:
-        text = {}
-    text = dict(text)
+    if not isinstance(raw, Mapping):
+        raise cf.fail("config.json must hold a JSON object", "config.json", "fix config.json")
+    where = "config.json"
+    text = dict(cf.mapping(raw, "text_config", where) or {})
     # HF Gemma4Config's own tie_word_embeddings governs the head of the multimodal model.
     if "tie_word_embeddings" in raw:
         text["tie_word_embeddings"] = raw["tie_word_embeddings"]
-    ids = {k: raw.get(k, d) for k, d in _MM_DEFAULTS.items()}
+    # Explicit null keeps a placeholder off; absent takes the HF 5.24 default id.
+    ids = {
+        k: cf.optional_int(raw, k, where, maximum=cf.MAX_TOKEN_ID) if k in raw else d
+        for k, d in _MM_DEFAULTS.items()
+    }
     return Gemma4Config(
         model_type=model_type,
-        text=read_text_config(text, "config.json.text_config"),
-        vision_config=raw.get("vision_config"),
-        audio_config=raw.get("audio_config"),
+        text=read_text_config(text, cf.path(where, "text_config")),
+        vision_config=cf.mapping(raw, "vision_config", where),
+        audio_config=cf.mapping(raw, "audio_config", where),
         raw=raw,
         **ids,
     )
