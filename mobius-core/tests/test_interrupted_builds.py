@@ -42,8 +42,13 @@ def checkpoint(tmp_path: Path) -> Path:
 
 
 DRIVER = r"""
-import io, os, sys, time
+import io, os, signal, sys, time
 from pathlib import Path
+
+# A parent started in the background (nohup, '&' without job control) passes SIGINT
+# on as ignored, and Python then installs no KeyboardInterrupt handler: restore it so
+# the test exercises the interactive Ctrl-C case whatever started the test run.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 tests, source, out, point, markers, mode, *extra = sys.argv[1:]
 sys.path.insert(0, tests)
