@@ -1,5 +1,5 @@
-"""L2: the full-size Gemma 4 configs build graph-only (no weights, nothing allocated) within
-60 s; KV geometry and parameter counts equal what HF 5.24 computes on the meta device
+"""L2: the full-size Gemma 4 configs (gemma4, and gemma4_unified for the encoder-free 12B)
+build graph-only (no weights, nothing allocated) within 60 s; KV geometry and parameter counts equal what HF 5.24 computes on the meta device
 (``data/l2_expected.json``, made by ``data/make_l2_expected.py``; this test never imports
 torch).
 
@@ -22,9 +22,17 @@ import pytest
 from mobius.records import BuildOptions
 from mobius_gemma4.build import build_component
 from mobius_gemma4.config import read_config
+from mobius_gemma4.plugin import mobius_read_config
 
 CONFIGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "configs"
 EXPECTED = json.loads((Path(__file__).parent / "data" / "l2_expected.json").read_text())
+
+
+def _read(name: str):
+    """The config of fixture ``name`` read as its own model type (gemma4 or gemma4_unified)."""
+    raw = json.loads((CONFIGS / name).read_text())
+    assert raw["model_type"] == EXPECTED[name]["model_type"]
+    return mobius_read_config(raw["model_type"], raw)
 
 
 def _params(model: ir.Model) -> int:
@@ -53,7 +61,7 @@ def test_full_size_encoders_and_contract(name):
     from mobius_gemma4.contract import pipeline_contract, text_components
 
     expected = EXPECTED[name]["encoder_params"]
-    config = read_config("gemma4", json.loads((CONFIGS / name).read_text()))
+    config = _read(name)
     options = BuildOptions(dtype="bf16")
     names = text_components(config, options)
     assert [c for c in names if c.endswith("_encoder")] == sorted(expected, reverse=True)
@@ -66,7 +74,7 @@ def test_full_size_encoders_and_contract(name):
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_full_size_split_build(name):
     expected = EXPECTED[name]
-    config = read_config("gemma4", json.loads((CONFIGS / name).read_text()))
+    config = _read(name)
     options = BuildOptions(dtype="bf16")
     start = time.perf_counter()
     embedding = build_component(config, "embedding", options)

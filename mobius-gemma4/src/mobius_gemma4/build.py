@@ -15,6 +15,7 @@ from mobius.errors import BuildError
 from mobius.records import BuildOptions
 from mobius_gemma4.config import Gemma4Config
 from mobius_gemma4.contract import text_components
+from mobius_gemma4.ports import MULTIMODAL_TYPES
 
 log = logging.getLogger("mobius_gemma4")
 
@@ -24,11 +25,11 @@ def build_component(config: Gemma4Config, component: str, options: BuildOptions)
         from mobius_gemma4.text.causal_lm import build_causal_lm
 
         return build_causal_lm(config.text, options.dtype, options.target)
-    if config.model_type == "gemma4" and component == "embedding":
+    if config.model_type in MULTIMODAL_TYPES and component == "embedding":
         from mobius_gemma4.text.embedding import build_embedding
 
         return build_embedding(config, options.dtype)
-    if config.model_type == "gemma4" and component == "decoder":
+    if config.model_type in MULTIMODAL_TYPES and component == "decoder":
         from mobius_gemma4.text.decoder import build_decoder
 
         return build_decoder(
@@ -36,6 +37,8 @@ def build_component(config: Gemma4Config, component: str, options: BuildOptions)
             options.dtype,
             block_token_ids=block_token_ids(config),
             target=options.target,
+            # HF's unified forward ORs the image blocks into every layer's mask (text.masks).
+            overlay_full_layers=config.model_type == "gemma4_unified",
         )
     if component in ("vision_encoder", "audio_encoder") and component in text_components(
         config, options
@@ -61,6 +64,14 @@ def block_token_ids(config: Gemma4Config) -> tuple[int, ...]:
 
 def _build_encoder(config: Gemma4Config, component: str, options: BuildOptions):
     hidden = config.text.hidden_size
+    if config.model_type == "gemma4_unified":
+        from mobius_gemma4 import unified
+
+        if component == "vision_encoder":
+            vision = unified.vision_config_of(config)
+            return unified.build_unified_vision_encoder(vision, hidden, options)
+        audio = unified.audio_config_of(config)
+        return unified.build_unified_audio_encoder(audio, hidden, options)
     if component == "vision_encoder":
         from mobius_gemma4.vision import build_vision_encoder, read_vision_config
 

@@ -45,7 +45,7 @@ def genai_config(config: Gemma4Config, eos: list[int]) -> dict:
         if text.has_ple:
             decoder["inputs"] = {"per_layer_inputs": "per_layer_inputs"}
             embedding["outputs"] = {"per_layer_inputs": "per_layer_inputs"}
-        model = {"type": "gemma4", **common, "decoder": decoder, "embedding": embedding}
+        model = {"type": config.model_type, **common, "decoder": decoder, "embedding": embedding}
         model.update(media_sections(config))
     return {"model": model, "search": search}
 
@@ -57,14 +57,18 @@ def media_sections(config: Gemma4Config) -> dict:
     """The ``vision`` and ``speech`` sections of a ``gemma4`` genai_config."""
     from mobius_gemma4.ports import has_audio, has_vision
 
+    towers = config.model_type == "gemma4"  # unified: no processor files (runtime_files)
     vision: dict = {}
     if has_vision(config):
-        vision = {"filename": "vision_encoder/model.onnx", "config_filename": IMAGE_PROCESSOR}
+        vision = {
+            "filename": "vision_encoder/model.onnx",
+            "config_filename": IMAGE_PROCESSOR if towers else "",
+        }
     speech: dict = {"config_filename": ""}
     if has_audio(config):
         speech = {
             "filename": "audio_encoder/model.onnx",
-            "config_filename": AUDIO_PROCESSOR,
+            "config_filename": AUDIO_PROCESSOR if towers else "",
             "inputs": {"audio_embeds": "input_features", "attention_mask": "input_features_mask"},
         }
     return {"vision": vision, "speech": speech}
@@ -150,9 +154,12 @@ def runtime_files(
     )
     from mobius_gemma4.ports import has_audio, has_vision
 
+    # The onnxruntime-extensions operators describe gemma4's 16-px patches and log-mel
+    # features; gemma4_unified (48-px patches, raw frames) has none, so it gets no files.
+    towers = config.model_type == "gemma4"
     for present, name, make in (
-        (has_vision(config), IMAGE_PROCESSOR, image_processor_json),
-        (has_audio(config), AUDIO_PROCESSOR, audio_processor_json),
+        (towers and has_vision(config), IMAGE_PROCESSOR, image_processor_json),
+        (towers and has_audio(config), AUDIO_PROCESSOR, audio_processor_json),
     ):
         if present:
             files.append(RuntimeFile(name, content=json.dumps(make(config), indent=2).encode()))

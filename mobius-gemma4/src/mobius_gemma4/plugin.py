@@ -28,11 +28,22 @@ def mobius_model_types() -> list[ModelTypeInfo]:
             modalities=("text",),
             description="Gemma 4 text-only causal LM: single model graph",
         ),
+        ModelTypeInfo(
+            "gemma4_unified",
+            tasks=("text-generation",),
+            modalities=("text", "image", "audio"),
+            description="Gemma 4 unified (12B, encoder-free): raw patch/frame embedders, "
+            "embedding, decoder",
+        ),
     ]
 
 
 @hookimpl
 def mobius_read_config(model_type: str, raw: dict[str, Any]):
+    if model_type == "gemma4_unified":
+        from mobius_gemma4.unified.config import read_unified_config
+
+        return read_unified_config(raw)
     from mobius_gemma4.config import read_config
 
     return read_config(model_type, raw)
@@ -58,6 +69,10 @@ def mobius_weight_plan(config, component: str, checkpoint, options: BuildOptions
     from mobius_gemma4.weights.text import text_weight_plan
 
     if component in ("vision_encoder", "audio_encoder"):
+        if config.model_type == "gemma4_unified":
+            from mobius_gemma4.unified.weights import unified_weight_plan
+
+            return unified_weight_plan(config, component, checkpoint, options)
         return media_weight_plan(config, component, options)
     if component not in ("model", "embedding", "decoder"):
         raise BuildError(

@@ -47,16 +47,18 @@ def model_ports(cfg: Gemma4TextConfig, dtype: str) -> tuple[list[PortSpec], list
 
 
 IMAGE_ROWS, AUDIO_ROWS = "num_image_tokens", "num_audio_tokens"
+MULTIMODAL_TYPES = ("gemma4", "gemma4_unified")
+"""Model types packaged as the embedding + decoder split with optional encoders."""
 
 
 def has_vision(config: Gemma4Config) -> bool:
     """A ``gemma4`` package builds ``vision_encoder`` iff the checkpoint has a vision tower."""
-    return config.model_type == "gemma4" and config.vision_config is not None
+    return config.model_type in MULTIMODAL_TYPES and config.vision_config is not None
 
 
 def has_audio(config: Gemma4Config) -> bool:
     """A ``gemma4`` package builds ``audio_encoder`` iff ``audio_config`` is non-null."""
-    return config.model_type == "gemma4" and config.audio_config is not None
+    return config.model_type in MULTIMODAL_TYPES and config.audio_config is not None
 
 
 def vision_overlay(config: Gemma4Config) -> bool:
@@ -99,6 +101,11 @@ def decoder_ports(
 
 def vision_ports(config: Gemma4Config, dtype: str) -> tuple[list[PortSpec], list[PortSpec]]:
     """``vision_encoder``: patches + (x, y) positions in, pooled soft tokens ``[rows, H]`` out."""
+    if config.model_type == "gemma4_unified":
+        from mobius_gemma4.unified import vision_config_of
+        from mobius_gemma4.unified import vision_ports as unified_vision_ports
+
+        return unified_vision_ports(vision_config_of(config), config.text.hidden_size, dtype)
     from mobius_gemma4.vision.config import read_vision_config
 
     vc = read_vision_config(config.vision_config, where="config.json: vision_config")
@@ -112,6 +119,11 @@ def vision_ports(config: Gemma4Config, dtype: str) -> tuple[list[PortSpec], list
 def audio_ports(config: Gemma4Config, dtype: str) -> tuple[list[PortSpec], list[PortSpec]]:
     """``audio_encoder``: log-mel frames + bool mask in, valid soft tokens ``[rows, H]`` out
     (plus the diagnostic per-frame ``audio_features_mask``)."""
+    if config.model_type == "gemma4_unified":
+        from mobius_gemma4.unified import audio_config_of
+        from mobius_gemma4.unified import audio_ports as unified_audio_ports
+
+        return unified_audio_ports(audio_config_of(config), config.text.hidden_size, dtype)
     from mobius_gemma4.audio.config import read_audio_config
 
     ac = read_audio_config(config.audio_config, where="config.json: audio_config")

@@ -63,6 +63,12 @@ def max_soft_tokens(config: Gemma4Config) -> int:
 
 def image_preprocessor(config: Gemma4Config):
     """``images → {pixel_values, pixel_position_ids, num_soft_tokens}`` for this checkpoint."""
+    if config.model_type == "gemma4_unified":  # 48-px merged patches (reference §7)
+        from mobius_gemma4.unified import vision_config_of
+        from mobius_gemma4.unified.processor import unified_image_preprocessor
+
+        uc = vision_config_of(config)
+        return unified_image_preprocessor(uc.patch_size, uc.pooling_kernel_size, uc.num_soft_tokens)
     from mobius_gemma4.vision import Gemma4ImageProcessor, read_vision_config
 
     vc = read_vision_config(config.vision_config, where="config.json: vision_config")
@@ -85,6 +91,11 @@ def image_preprocessor(config: Gemma4Config):
 
 def audio_preprocessor(config: Gemma4Config):
     """``clips → {input_features, input_features_mask, num_soft_tokens}`` (16 kHz log-mel)."""
+    if config.model_type == "gemma4_unified":  # raw 640-sample frames (reference §7)
+        from mobius_gemma4.unified import audio_config_of
+        from mobius_gemma4.unified.processor import unified_audio_preprocessor
+
+        return unified_audio_preprocessor(audio_config_of(config).audio_embed_dim)
     from mobius_gemma4.audio import Gemma4AudioFeatureExtractor, load_audio, read_audio_config
 
     ac = read_audio_config(config.audio_config, where="config.json: audio_config")
@@ -108,7 +119,7 @@ def stop_token_ids(
     if generation_eos is not None:
         extra = generation_eos if isinstance(generation_eos, list) else [generation_eos]
         ids += [int(i) for i in extra]
-    if END_OF_TURN not in ids and config.model_type == "gemma4":
+    if END_OF_TURN not in ids and config.model_type in ("gemma4", "gemma4_unified"):
         ids.append(END_OF_TURN)
     return tuple(dict.fromkeys(ids))
 

@@ -13,18 +13,28 @@ Counting rules (matching how the mobius graphs hold weights):
 - vision_encoder = ``model.vision_tower.*`` + ``model.embed_vision.*`` parameters and
   persistent buffers (clip bounds, std_bias/std_scale) that a checkpoint carries;
   audio_encoder likewise for ``audio_tower`` / ``embed_audio`` (only with audio_config).
+  gemma4_unified (12B) has no towers: its encoders are ``embed_vision`` / ``embed_audio``.
 """
 
 import json
 from pathlib import Path
 
 import torch
-from transformers import Gemma4Config, Gemma4ForConditionalGeneration
+from transformers import (
+    Gemma4Config,
+    Gemma4ForConditionalGeneration,
+    Gemma4UnifiedConfig,
+    Gemma4UnifiedForConditionalGeneration,
+)
 
 HERE = Path(__file__).parent
 CONFIGS = HERE.parents[2].parent / "shared" / "fixtures" / "configs"
 if not CONFIGS.exists():
     CONFIGS = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "configs"
+CLASSES = {
+    "gemma4": (Gemma4Config, Gemma4ForConditionalGeneration),
+    "gemma4_unified": (Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration),
+}
 EMBED = (
     "embed_tokens.",
     "embed_tokens_per_layer.",
@@ -35,16 +45,17 @@ EMBED = (
 out = {}
 for path in sorted(CONFIGS.glob("gemma-4-*.json")):
     raw = json.loads(path.read_text())
-    if raw.get("model_type") != "gemma4":
+    if raw.get("model_type") not in CLASSES:
         continue
+    config_class, model_class = CLASSES[raw["model_type"]]
     kw = {
         k: v
         for k, v in raw.items()
         if k not in ("architectures", "transformers_version", "model_type")
     }
-    config = Gemma4Config(**kw)
+    config = config_class(**kw)
     with torch.device("meta"):
-        model = Gemma4ForConditionalGeneration(config)
+        model = model_class(config)
     lm = model.model.language_model
     tc = config.text_config
     emb = dec = 0
@@ -67,11 +78,13 @@ for path in sorted(CONFIGS.glob("gemma-4-*.json")):
         ("vision_encoder", ("vision_tower", "embed_vision")),
         ("audio_encoder", ("audio_tower", "embed_audio")),
     ):
-        mods = [getattr(model.model, n, None) for n in names]
-        if any(m is None for m in mods):
+        # gemma4_unified has no towers, only the embed_vision / embed_audio embedders.
+        mods = [m for n in names if (m := getattr(model.model, n, None)) is not None]
+        if not mods:
             continue
         towers[comp] = sum(t.numel() for m in mods for t in m.state_dict().values())
     out[path.name] = {
+        "model_type": raw["model_type"],
         "num_cache_layers": first,
         "cache_geometry": cache,
         "embedding_params": emb,

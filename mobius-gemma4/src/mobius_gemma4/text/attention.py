@@ -39,7 +39,11 @@ GQA_DTYPES = {"cpu": (_F32, _F16), "cuda": (_F16, _BF16)}
 
 
 def attention_paths(
-    cfg: Gemma4TextConfig, target: str, dtype: ir.DataType, overlay: bool = False
+    cfg: Gemma4TextConfig,
+    target: str,
+    dtype: ir.DataType,
+    overlay: bool = False,
+    overlay_full_layers: bool = False,
 ) -> tuple[str, ...]:
     """Which attention op each layer uses: :data:`ATTENTION` or :data:`GQA`.
 
@@ -48,7 +52,8 @@ def attention_paths(
     for the build dtype, and the layer's mask is plain causal (+ window). ``overlay``
     (the multimodal decoder of a ``use_bidirectional_attention = "vision"`` model) puts
     the image-block overlay on sliding layers, which GQA cannot express, so those keep
-    ``Attention``; full layers are causal-only in HF even then (reference §4).
+    ``Attention``; full layers are causal-only in HF even then (reference §4), except
+    with ``overlay_full_layers`` (``gemma4_unified``), where every layer keeps ``Attention``.
     """
     if target not in GQA_DTYPES:
         return (ATTENTION,) * cfg.num_hidden_layers
@@ -59,6 +64,8 @@ def attention_paths(
             target,
             dtype.name.lower(),
         )
+        return (ATTENTION,) * cfg.num_hidden_layers
+    if overlay and overlay_full_layers:
         return (ATTENTION,) * cfg.num_hidden_layers
     return tuple(ATTENTION if overlay and t != FULL else GQA for t in cfg.layer_types)
 

@@ -32,11 +32,18 @@ class Gemma4Decoder(nn.Module):
         dtype: ir.DataType,
         block_token_ids: tuple[int, ...] = (),
         target: str = "default",
+        overlay_full_layers: bool = False,
     ) -> None:
         super().__init__("")
         self.cfg = cfg
         self.block_token_ids = block_token_ids
-        self.stack = Gemma4TextStack(cfg, dtype, target, overlay=bool(block_token_ids))
+        self.stack = Gemma4TextStack(
+            cfg,
+            dtype,
+            target,
+            overlay=bool(block_token_ids),
+            overlay_full_layers=overlay_full_layers,
+        )
         self.lm_head = nn.Parameter(
             [cfg.vocab_size, cfg.hidden_size], dtype=dtype, name="lm_head.weight"
         )
@@ -72,14 +79,18 @@ def build_decoder(
     *,
     block_token_ids: tuple[int, ...] = (),
     target: str = "default",
+    overlay_full_layers: bool = False,
 ) -> ir.Model:
     """``block_token_ids`` (image, video placeholders) turn on the ``"vision"`` mask overlay:
-    the graph then takes ``input_ids`` to find image blocks."""
+    the graph then takes ``input_ids`` to find image blocks. ``overlay_full_layers`` puts it
+    on full layers too, ORed after the window (``gemma4_unified``, see text.masks)."""
     graph, builder, op = new_graph("gemma4_decoder")
     port_dtype = PORT_DTYPE_OF_BUILD_DTYPE[build_dtype]
     inputs, outputs = decoder_ports(cfg, port_dtype, input_ids=bool(block_token_ids))
     ins = declare_inputs(builder, inputs)
-    decoder = Gemma4Decoder(cfg, ir_dtype(build_dtype), block_token_ids, target)
+    decoder = Gemma4Decoder(
+        cfg, ir_dtype(build_dtype), block_token_ids, target, overlay_full_layers
+    )
     declare_outputs(builder, outputs, decoder(op, ins))
     inline_constants(graph)
     return finish_model(graph, builder=builder)

@@ -10,6 +10,11 @@ full layers stay causal; sliding layers become ``(causal ∨ same_block) ∧ win
 window applied after the OR. Block ids come from the step's ``input_ids``
 (:func:`image_block_ids`): each maximal run of image/video placeholders gets 0, 1, …,
 everything else −1; past keys are −1, so decode steps are plain causal as in HF.
+
+``gemma4_unified`` (HF 5.24 ``Gemma4UnifiedModel.forward`` → ``create_masks_for_generate``
+with ``block_sequence_ids``): the overlay is on every layer and ORed last — full layers
+``causal ∨ same_block``, sliding layers ``(causal ∧ window) ∨ same_block`` (an image block
+longer than W keeps all its keys). Selected by ``overlay_full_layers``.
 """
 
 from __future__ import annotations
@@ -48,11 +53,14 @@ def _same_block(op, blocks, past):
     return op.And(op.Equal(queries, keys), in_block)
 
 
-def build_masks(op, attention_mask, seq_len, window: int, image_blocks=None):
+def build_masks(
+    op, attention_mask, seq_len, window: int, image_blocks=None, *, overlay_full_layers=False
+):
     """Return ``(full_mask, sliding_mask)`` from the 2-D int64 ``attention_mask``.
 
     ``seq_len`` is a 1-element int64 tensor holding S; ``image_blocks`` the ``[B, S]``
-    ids of :func:`image_block_ids` for the ``"vision"`` overlay (None: plain causal).
+    ids of :func:`image_block_ids` for the ``"vision"`` overlay (None: plain causal);
+    ``overlay_full_layers`` selects the ``gemma4_unified`` composition (module doc).
     """
     total = op.Shape(attention_mask, start=1, end=2)
     past = op.Sub(total, seq_len)
@@ -64,7 +72,11 @@ def build_masks(op, attention_mask, seq_len, window: int, image_blocks=None):
     in_window = op.Greater(k_row, op.Sub(q_col, window))
     keep = op.Unsqueeze(op.Not(op.Equal(attention_mask, 0)), [1, 2])  # [B, 1, 1, T]
     full = op.And(keep, causal)
-    if image_blocks is None:
+    if image_blocks is not None and overlay_full_layers:
+        same = _same_block(op, image_blocks, past)  # [B, 1, S, T]
+        full = op.And(keep, op.Or(causal, same))
+        sliding = op.And(keep, op.Or(op.And(causal, in_window), same))
+    elif image_blocks is None:
         sliding = op.And(keep, op.And(causal, in_window))
     else:
         visible = op.Or(causal, _same_block(op, image_blocks, past))  # [B, 1, S, T]

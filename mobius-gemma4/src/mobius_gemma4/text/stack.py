@@ -37,10 +37,12 @@ class Gemma4TextStack(nn.Module):
         target: str = "default",
         *,
         overlay: bool = False,
+        overlay_full_layers: bool = False,
     ) -> None:
         super().__init__("")
         self.cfg, self.dtype = cfg, dtype
-        self.paths = attention_paths(cfg, target, dtype, overlay)
+        self.overlay_full_layers = overlay_full_layers
+        self.paths = attention_paths(cfg, target, dtype, overlay, overlay_full_layers)
         if target != "default":
             log.info("target %s: %s", target, describe_paths(self.paths))
         self.layers = nn.ModuleList(
@@ -52,7 +54,8 @@ class Gemma4TextStack(nn.Module):
         cfg = self.cfg
         seq_len = op.Shape(h, start=1, end=2)
         if image_blocks is not None and any(
-            p == GQA and t != FULL for p, t in zip(self.paths, cfg.layer_types)
+            p == GQA and (t != FULL or self.overlay_full_layers)
+            for p, t in zip(self.paths, cfg.layer_types)
         ):
             raise BuildError(
                 "image-block mask overlay requested on a stack whose sliding layers use "
@@ -63,7 +66,12 @@ class Gemma4TextStack(nn.Module):
         masks = {}
         if ATTENTION in self.paths:
             full_mask, sliding_mask = build_masks(
-                op, attention_mask, seq_len, cfg.sliding_window, image_blocks
+                op,
+                attention_mask,
+                seq_len,
+                cfg.sliding_window,
+                image_blocks,
+                overlay_full_layers=self.overlay_full_layers,
             )
             masks = {FULL: full_mask, "sliding": sliding_mask}
         lengths = gqa_lengths(op, attention_mask) if GQA in self.paths else None

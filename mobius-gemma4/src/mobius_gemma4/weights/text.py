@@ -94,7 +94,7 @@ def checkpoint_prefix(config: Gemma4Config, checkpoint: Checkpoint | None = None
     A ``gemma4_text`` config over a multimodal layout (text-only export of a gemma4
     checkpoint) is accepted too.
     """
-    if config.model_type == "gemma4":
+    if config.model_type in ("gemma4", "gemma4_unified"):
         return "model.language_model."
     tensors = checkpoint.tensors if checkpoint is not None else {}
     if (

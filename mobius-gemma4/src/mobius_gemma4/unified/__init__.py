@@ -1,0 +1,42 @@
+"""Gemma 4 unified (12B, encoder-free): config readers, encoder graphs, weight plans, processors.
+
+- :func:`read_unified_config` → :class:`~mobius_gemma4.config.Gemma4Config` (model_type
+  ``gemma4_unified``; text as §3 without PLE, raw vision/audio embedder configs kept)
+- :func:`build_unified_vision_encoder` / :func:`build_unified_audio_encoder` → ``onnx_ir.Model``
+- :func:`unified_weight_plan` → ``mobius.weights.WeightPlan``
+- :class:`UnifiedImageProcessor` / :class:`UnifiedAudioFrames` (numpy preprocessing, §7)
+"""
+
+from mobius_gemma4.unified.config import (
+    MODEL_TYPE,
+    UnifiedAudioConfig,
+    UnifiedVisionConfig,
+    audio_config_of,
+    read_unified_audio_config,
+    read_unified_config,
+    read_unified_vision_config,
+    vision_config_of,
+)
+from mobius_gemma4.unified.encoders import (
+    audio_ports,
+    build_unified_audio_encoder,
+    build_unified_vision_encoder,
+    vision_ports,
+)
+from mobius_gemma4.unified.weights import unified_weight_plan
+
+__all__ = [
+    "MODEL_TYPE",
+    "UnifiedAudioConfig",
+    "UnifiedVisionConfig",
+    "audio_config_of",
+    "audio_ports",
+    "build_unified_audio_encoder",
+    "build_unified_vision_encoder",
+    "read_unified_audio_config",
+    "read_unified_config",
+    "read_unified_vision_config",
+    "unified_weight_plan",
+    "vision_config_of",
+    "vision_ports",
+]

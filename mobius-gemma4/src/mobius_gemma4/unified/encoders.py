@@ -1,0 +1,204 @@
+"""The ``vision_encoder`` and ``audio_encoder`` graphs of a ``gemma4_unified`` package (§7).
+
+Gemma 4 12B has no vision or audio tower: HF's ``Gemma4UnifiedVisionEmbedder`` and the audio
+``Gemma4UnifiedMultimodalEmbedder`` map raw inputs straight into the text width.
+
+vision (``pixel_values [batch, num_patches, 6912]`` = raw 48×48×3 merged patches in [0, 1],
+HWC; ``pixel_position_ids int64 [batch, num_patches, 2]`` = (x, y), (−1, −1) for padding)::
+
+    h = LN₂(LN₁(pv) @ W_dense + b)                      patch_ln1 / patch_dense / patch_ln2
+    h = LN_pos(h + P[x, 0]·[x ≠ −1] + P[y, 1]·[y ≠ −1])  pos_embedding [mm_posemb_size, 2, D]
+    f = rms_noscale(h) @ W_proj                          multimodal_embedder (D → H)
+    image_features = f[all(pos ≠ −1)]                    [num_image_tokens, H], batch-major
+
+No pixel rescaling (HF feeds the processor's [0, 1] values to ``patch_ln1`` as they are)
+and no pooling: one soft token per merged patch. The LayerNorms are ``nn.LayerNorm``
+(weight and bias, eps 1e-5) computed in float32. In f16 builds ``patch_dense`` and
+``patch_ln2`` run in float32: the Dense output reaches ≈ 77 000 on real images, beyond
+f16's 65 504; ``patch_ln2`` brings it back into range.
+
+audio (``input_features [batch, time, 640]`` raw 16 kHz samples, ``input_features_mask
+bool [batch, time]``)::
+
+    audio_features = (rms_noscale(x) @ W_proj)[mask]     [num_audio_tokens, H]
+
+Padding rows are dropped with ``Compress`` on float32 (onnxruntime has no bf16 Compress).
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnxscript import OpBuilder, nn
+
+from mobius.components.dtypes import ir_dtype
+from mobius.components.graph import add_input, add_output, finish_model, new_graph
+from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE, BuildOptions
+from mobius_gemma4.unified.config import UnifiedAudioConfig, UnifiedVisionConfig
+from mobius_gemma4.vision.layers import F32, rms_norm_f32
+
+VISION_COMPONENT, AUDIO_COMPONENT = "vision_encoder", "audio_encoder"
+IMAGE_ROWS, AUDIO_ROWS = "num_image_tokens", "num_audio_tokens"
+
+
+def _f32(op: OpBuilder, x: ir.Value, dtype: str) -> ir.Value:
+    """``x`` as float32 (no node when the build is already float32)."""
+    return x if dtype == "float32" else op.Cast(x, to=F32)
+
+
+def _back(op: OpBuilder, x: ir.Value, like: ir.Value, dtype: str) -> ir.Value:
+    """A float32 ``x`` back in the build dtype (no node when the build is float32)."""
+    return x if dtype == "float32" else op.CastLike(x, like)
+
+
+class LayerNorm(nn.Module):
+    """``nn.LayerNorm``: weight + bias ``[dim]``; statistics and output computed in float32."""
+
+    def __init__(self, dim: int, eps: float, dtype: str) -> None:
+        super().__init__()
+        self.eps, self.dtype = float(eps), dtype
+        self.weight = nn.Parameter([dim], dtype=ir_dtype(dtype))
+        self.bias = nn.Parameter([dim], dtype=ir_dtype(dtype))
+
+    def forward(self, op: OpBuilder, x: ir.Value) -> ir.Value:
+        """Float32 result (callers cast back where HF's tensor would be in the model dtype)."""
+        return op.LayerNormalization(
+            _f32(op, x, self.dtype),
+            _f32(op, self.weight, self.dtype),
+            _f32(op, self.bias, self.dtype),
+            axis=-1,
+            epsilon=self.eps,
+        )
+
+
+class Dense(nn.Module):
+    """``nn.Linear`` with bias; ``weight`` stored ``[in, out]``."""
+
+    def __init__(self, in_features: int, out_features: int, dtype: str) -> None:
+        super().__init__()
+        self.dtype = dtype
+        self.weight = nn.Parameter([in_features, out_features], dtype=ir_dtype(dtype))
+        self.bias = nn.Parameter([out_features], dtype=ir_dtype(dtype))
+
+    def forward(self, op: OpBuilder, x: ir.Value, *, f32: bool = False) -> ir.Value:
+        """``x @ W + b``; ``f32`` computes in float32 whatever the build dtype."""
+        if f32:
+            w, b = _f32(op, self.weight, self.dtype), _f32(op, self.bias, self.dtype)
+            return op.Add(op.MatMul(_f32(op, x, self.dtype), w), b)
+        return op.Add(op.MatMul(x, self.weight), self.bias)
+
+
+class Linear(nn.Module):
+    """``nn.Linear`` without bias; ``weight`` stored ``[in, out]``."""
+
+    def __init__(self, in_features: int, out_features: int, dtype: str) -> None:
+        super().__init__()
+        self.weight = nn.Parameter([in_features, out_features], dtype=ir_dtype(dtype))
+
+    def forward(self, op: OpBuilder, x: ir.Value) -> ir.Value:
+        return op.MatMul(x, self.weight)
+
+
+class Projection(nn.Module):
+    """HF ``Gemma4UnifiedMultimodalEmbedder``: scale-free RMSNorm, then Linear (no bias)."""
+
+    def __init__(
+        self, in_features: int, out_features: int, eps: float, dtype: str, name: str | None = None
+    ) -> None:
+        super().__init__(name)
+        self.eps = float(eps)
+        self.embedding_projection = Linear(in_features, out_features, dtype)
+
+    def forward(self, op: OpBuilder, x: ir.Value) -> ir.Value:
+        return self.embedding_projection(op, rms_norm_f32(op, x, self.eps))
+
+
+class VisionEmbedder(nn.Module):
+    """HF ``Gemma4UnifiedVisionEmbedder`` (initializers ``embed_vision.*``)."""
+
+    def __init__(self, cfg: UnifiedVisionConfig, text_hidden: int, dtype: str) -> None:
+        super().__init__("embed_vision")
+        d, eps = cfg.mm_embed_dim, cfg.layer_norm_eps
+        self.dtype = dtype
+        self.patch_ln1 = LayerNorm(cfg.patch_dim, eps, dtype)
+        self.patch_dense = Dense(cfg.patch_dim, d, dtype)
+        self.patch_ln2 = LayerNorm(d, eps, dtype)
+        self.pos_embedding = nn.Parameter([cfg.mm_posemb_size, 2, d], dtype=ir_dtype(dtype))
+        self.pos_norm = LayerNorm(d, eps, dtype)
+        self.multimodal_embedder = Projection(d, text_hidden, cfg.rms_norm_eps, dtype)
+
+    def _position(self, op: OpBuilder, coord: ir.Value, axis: int, like: ir.Value) -> ir.Value:
+        """``P[clamp(c, 0), axis]``, zeroed where ``c == −1``."""
+        table = op.Gather(self.pos_embedding, op.Constant(value_int=axis), axis=1)  # [P, D]
+        rows = op.Gather(table, op.Max(coord, op.Constant(value_int=0)), axis=0)  # [B, N, D]
+        pad = op.Unsqueeze(op.Equal(coord, op.Constant(value_int=-1)), [-1])
+        return op.Where(pad, op.CastLike(op.Constant(value_float=0.0), like), rows)
+
+    def forward(self, op: OpBuilder, pv: ir.Value, px: ir.Value, py: ir.Value) -> ir.Value:
+        dt = self.dtype
+        h = _back(op, self.patch_ln1(op, pv), pv, dt)
+        # f16: the Dense output overflows f16 (§7), so Dense + patch_ln2 stay in float32.
+        h = self.patch_dense(op, h, f32=dt == "float16")
+        h = _back(op, self.patch_ln2(op, h), pv, dt)
+        pos = op.Add(self._position(op, px, 0, h), self._position(op, py, 1, h))
+        h = _back(op, self.pos_norm(op, op.Add(h, pos)), pv, dt)
+        return self.multimodal_embedder(op, h)
+
+
+def _keep_rows(op: OpBuilder, x: ir.Value, keep: ir.Value, width: int, dtype: str) -> ir.Value:
+    """Rows of ``x [B, N, width]`` where ``keep [B, N]``, flattened batch-major."""
+    rows = op.Reshape(_f32(op, x, dtype), op.Constant(value_ints=[-1, width]))
+    kept = op.Compress(rows, op.Reshape(keep, op.Constant(value_ints=[-1])), axis=0)
+    return _back(op, kept, x, dtype)
+
+
+def vision_ports(cfg: UnifiedVisionConfig, text_hidden: int, dtype: str):
+    """``(inputs, outputs)`` port specs ``(name, dtype, shape)`` of the vision graph."""
+    inputs = [
+        ("pixel_values", dtype, ("batch", "num_patches", cfg.patch_dim)),
+        ("pixel_position_ids", "int64", ("batch", "num_patches", 2)),
+    ]
+    return inputs, [("image_features", dtype, (IMAGE_ROWS, text_hidden))]
+
+
+def audio_ports(cfg: UnifiedAudioConfig, text_hidden: int, dtype: str):
+    """``(inputs, outputs)`` port specs of the audio graph."""
+    inputs = [
+        ("input_features", dtype, ("batch", "time", cfg.audio_embed_dim)),
+        ("input_features_mask", "bool", ("batch", "time")),
+    ]
+    return inputs, [("audio_features", dtype, (AUDIO_ROWS, text_hidden))]
+
+
+def build_unified_vision_encoder(
+    cfg: UnifiedVisionConfig, text_hidden: int, options: BuildOptions
+) -> ir.Model:
+    """The ``vision_encoder`` graph (initializers without data; bind with the weight plan)."""
+    dtype = PORT_DTYPE_OF_BUILD_DTYPE[options.dtype]
+    graph, _builder, op = new_graph(VISION_COMPONENT)
+    (pv_spec, pos_spec), (out_spec,) = vision_ports(cfg, text_hidden, dtype)
+    pv = add_input(op, *pv_spec)
+    pos = add_input(op, *pos_spec)
+    px = op.Squeeze(op.Slice(pos, [0], [1], [2]), [2])
+    py = op.Squeeze(op.Slice(pos, [1], [2], [2]), [2])
+    minus_one = op.Constant(value_int=-1)
+    keep = op.And(op.Not(op.Equal(px, minus_one)), op.Not(op.Equal(py, minus_one)))
+    feats = VisionEmbedder(cfg, text_hidden, dtype)(op, pv, px, py)
+    out = _keep_rows(op, feats, keep, text_hidden, dtype)
+    add_output(op, out, out_spec[0], dtype=out_spec[1], shape=out_spec[2])
+    return finish_model(graph)
+
+
+def build_unified_audio_encoder(
+    cfg: UnifiedAudioConfig, text_hidden: int, options: BuildOptions
+) -> ir.Model:
+    """The ``audio_encoder`` graph (initializers without data; bind with the weight plan)."""
+    dtype = PORT_DTYPE_OF_BUILD_DTYPE[options.dtype]
+    graph, _builder, op = new_graph(AUDIO_COMPONENT)
+    (x_spec, mask_spec), (out_spec,) = audio_ports(cfg, text_hidden, dtype)
+    x = add_input(op, *x_spec)
+    mask = add_input(op, *mask_spec)
+    embedder = Projection(cfg.audio_embed_dim, text_hidden, cfg.rms_norm_eps, dtype, "embed_audio")
+    feats = embedder(op, x)
+    out = _keep_rows(op, feats, mask, text_hidden, dtype)
+    add_output(op, out, out_spec[0], dtype=out_spec[1], shape=out_spec[2])
+    return finish_model(graph)
