@@ -1,6 +1,10 @@
-"""Make testdata/tiny-gemma4: a seeded, random, ~1 MB Gemma 4 text checkpoint.
+"""Make testdata/tiny-gemma4 (text) or testdata/tiny-gemma4-mm (vision + audio): seeded, random.
 
     /work/venv/bin/python scripts/make_tiny_checkpoint.py [OUT]   # default testdata/tiny-gemma4
+    /work/venv/bin/python scripts/make_tiny_checkpoint.py --multimodal [OUT]
+                                                      # default testdata/tiny-gemma4-mm
+    /work/venv/bin/python scripts/make_tiny_checkpoint.py --media [OUT]
+                                                      # default testdata/media
 
 Writes what a HuggingFace checkpoint folder holds, so ``mobius build`` and
 ``mobius run`` can be exercised offline:
@@ -18,6 +22,18 @@ sharing, double-wide MLP, dual head dim, proportional RoPE, final softcap), and
 every constant-initialised tensor is perturbed. The weights are random, so the
 generated text is gibberish; that is expected. Deterministic: same versions,
 same bytes.
+
+``--multimodal`` writes the same text model inside ``Gemma4ForConditionalGeneration``
+with tiny vision and audio towers (:data:`VISION_CONFIG`, :data:`AUDIO_CONFIG`), a
+70-soft-token image budget, and a tokenizer whose added special tokens also hold the
+image / audio / video begin, placeholder and end strings at the ids ``config.json``
+names (:data:`MM_SPECIAL`): onnxruntime-genai builds its media prompts from those
+strings (reference gemma4.md §10). The tower clip bounds (±inf at init) get finite
+values that bite. The text-only output is unchanged by this mode.
+
+``--media`` writes the small inputs of image and audio prompts: ``tiny.png`` (192×144
+RGB: colour gradients plus seeded noise) and ``tiny.wav`` (1.2 s mono 16 kHz float32:
+two tones plus seeded noise; float samples so that every reader sees the same values).
 """
 
 from __future__ import annotations
@@ -98,6 +114,69 @@ Heaven, we were all going direct the other way.
 Hello, hello! How are you today? The quick brown fox jumps over the lazy dog. 0123456789
 """
 
+MM_SPECIAL = {
+    **SPECIAL,
+    "<|image>": 7,
+    "<|image|>": 8,
+    "<image|>": 9,
+    "<|audio>": 10,
+    "<|audio|>": 11,
+    "<audio|>": 12,
+    "<|video|>": 13,
+}
+"""The multimodal checkpoint's special tokens: SPECIAL plus the media strings."""
+
+MM_TOKEN_IDS = {
+    "boi_token_id": MM_SPECIAL["<|image>"],
+    "image_token_id": MM_SPECIAL["<|image|>"],
+    "eoi_token_id": MM_SPECIAL["<image|>"],
+    "boa_token_id": MM_SPECIAL["<|audio>"],
+    "audio_token_id": MM_SPECIAL["<|audio|>"],
+    "eoa_token_id": MM_SPECIAL["<audio|>"],
+    "eoa_token_index": MM_SPECIAL["<audio|>"],
+    "video_token_id": MM_SPECIAL["<|video|>"],
+}
+"""config.json's media token ids (HF reads ``eoa_token_index``; the Hub also ships ``eoa_token_id``)."""
+
+MM_TOKEN_NAMES = {
+    "boi_token": "<|image>",
+    "image_token": "<|image|>",
+    "eoi_token": "<image|>",
+    "boa_token": "<|audio>",
+    "audio_token": "<|audio|>",
+    "eoa_token": "<audio|>",
+    "video_token": "<|video|>",
+}
+"""tokenizer_config.json's names for the media strings, as HF's Gemma4Processor reads them."""
+
+VISION_CONFIG = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "global_head_dim": 16,
+    "patch_size": 16,
+    "pooling_kernel_size": 3,
+    "position_embedding_size": 64,
+    "default_output_length": 70,
+    "standardize": True,
+    "use_clipped_linears": True,
+    "initializer_range": 0.05,
+}
+AUDIO_CONFIG = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "subsampling_conv_channels": [128, 16],
+    "output_proj_dims": 48,
+    "use_clipped_linears": True,
+    "initializer_range": 0.05,
+}
+SOFT_TOKENS_PER_IMAGE = 70
+"""The smallest budget HF's Gemma4ImageProcessor allows: short image prompts."""
+
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
     "<|turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
@@ -106,11 +185,11 @@ CHAT_TEMPLATE = (
 )
 
 
-def make_tokenizer():
-    """A byte-level BPE of exactly VOCAB ids with SPECIAL at their fixed ids."""
+def make_tokenizer(special: dict[str, int] = SPECIAL):
+    """A byte-level BPE of exactly VOCAB ids with ``special`` at their fixed ids."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    specials = sorted(SPECIAL, key=SPECIAL.get)
+    specials = sorted(special, key=special.get)
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -124,7 +203,7 @@ def make_tokenizer():
     n = tok.get_vocab_size(with_added_tokens=True)
     if n < VOCAB:  # a short corpus ran out of merges: fill with unused specials
         tok.add_special_tokens([f"<unused{i}>" for i in range(VOCAB - n)])
-    for text, idx in SPECIAL.items():
+    for text, idx in special.items():
         assert tok.token_to_id(text) == idx, (text, tok.token_to_id(text), idx)
     assert tok.get_vocab_size(with_added_tokens=True) == VOCAB
     return tok
@@ -143,6 +222,53 @@ def make_model(out: Path) -> None:
         for _, p in model.named_parameters():
             flat = p.reshape(-1)
             if bool((flat == flat[0]).all()):  # norm weights: ones → 1 + N(0, 0.1)
+                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                b.copy_(0.5 + torch.rand(b.shape, generator=gen))
+    model.generation_config = GenerationConfig(
+        bos_token_id=SPECIAL["<bos>"],
+        eos_token_id=[SPECIAL["<eos>"], SPECIAL["<turn|>"]],
+        pad_token_id=SPECIAL["<pad>"],
+    )
+    model.save_pretrained(out)
+
+
+def mm_config():
+    """The HF ``Gemma4Config`` of the multimodal checkpoint (same text model, tiny towers)."""
+    from transformers.models.gemma4 import configuration_gemma4 as c
+
+    return c.Gemma4Config(
+        text_config=c.Gemma4TextConfig(**TEXT_CONFIG),
+        vision_config=c.Gemma4VisionConfig(**VISION_CONFIG),
+        audio_config=c.Gemma4AudioConfig(**AUDIO_CONFIG),
+        vision_soft_tokens_per_image=SOFT_TOKENS_PER_IMAGE,
+        initializer_range=0.05,
+        tie_word_embeddings=True,
+        eos_token_id=[SPECIAL["<eos>"], SPECIAL["<turn|>"]],
+        **MM_TOKEN_IDS,
+    )
+
+
+def make_mm_model(out: Path) -> None:
+    """Random Gemma4ForConditionalGeneration (seeded, constants and clip bounds perturbed)."""
+    import torch
+    from transformers import GenerationConfig
+    from transformers.models.gemma4 import Gemma4ForConditionalGeneration
+
+    torch.manual_seed(SEED)
+    gen = torch.Generator().manual_seed(SEED + 2)
+    model = Gemma4ForConditionalGeneration(mm_config()).eval()
+    with torch.no_grad():
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf in ("input_min", "input_max", "output_min", "output_max"):
+                lo, hi = (1.5, 2.5) if leaf.startswith("input") else (0.1, 0.3)
+                v = float(lo + (hi - lo) * torch.rand((), generator=gen))
+                t.fill_(-v if leaf.endswith("min") else v)
+        for _, p in model.named_parameters():
+            flat = p.reshape(-1)
+            if flat.numel() and bool(torch.isfinite(flat).all()) and bool((flat == flat[0]).all()):
                 p.add_(torch.randn(p.shape, generator=gen) * 0.1)
         for name, b in model.named_buffers():
             if name.endswith("layer_scalar"):
@@ -189,11 +315,90 @@ The chat template is Gemma's turn layout (`<bos><|turn>user\\n…<turn|>\\n<|tur
     )
 
 
+def write_mm_readme(out: Path, files: dict[str, int]) -> None:
+    rows = "\n".join(f"| `{name}` | {size:,} |" for name, size in sorted(files.items()))
+    specials = ", ".join(f"`{t}` = {i}" for t, i in MM_SPECIAL.items())
+    (out / "README.md").write_text(
+        f"""# tiny-gemma4-mm: a bundled random Gemma 4 checkpoint with vision and audio
+
+A `gemma4` (`Gemma4ForConditionalGeneration`) checkpoint small enough to commit, so
+that image and audio prompts can be built and run offline (`mobius build`, `mobius
+run --image/--audio`, and the onnxruntime-genai check of
+`mobius-runtime/tests/genai/check_genai.py`). **The weights are random (seed {SEED}):
+generated text is gibberish.**
+
+Made with (transformers 5.24, torch CPU, tokenizers; deterministic):
+
+    /work/venv/bin/python scripts/make_tiny_checkpoint.py --multimodal testdata/tiny-gemma4-mm
+
+Text model: the one of `testdata/tiny-gemma4` (vocab {VOCAB}, hidden 64, 6 layers,
+PLE, KV sharing, double-wide MLP, dual head dim, proportional RoPE, softcap 30), with
+its own random weights. Vision tower: hidden 32, 2 layers, 2 heads, head_dim 16,
+patch 16, pooling 3, position table 64, `standardize` on, clipped linears; at most
+{SOFT_TOKENS_PER_IMAGE} soft tokens per image (`vision_soft_tokens_per_image`). Audio
+tower: hidden 32, 2 layers, 2 heads, subsampling channels [128, 16], output
+projection 48, clipped linears. Every constant-initialised tensor is perturbed and
+the clip bounds are finite (inputs ±U(1.5, 2.5), outputs ±U(0.1, 0.3)).
+
+Tokenizer: the byte-level BPE of `tiny-gemma4` (same corpus), exactly {VOCAB} ids,
+with added special tokens {specials}. The media strings are special tokens because
+onnxruntime-genai builds its image/audio prompts from them; `config.json` names the
+same ids (`boi/image/eoi/boa/audio/eoa(_index)/video_token_id`).
+
+| file | bytes |
+|---|---|
+{rows}
+""",
+        encoding="utf-8",
+    )
+
+
+def make_media(out: Path) -> None:
+    """``tiny.png`` and ``tiny.wav``: seeded synthetic inputs for image / audio prompts."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(SEED)
+    h, w = 144, 192
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    rgb = np.stack([255 * x / (w - 1), 255 * y / (h - 1), 128 + 100 * np.sin(x / 9 + y / 13)], -1)
+    rgb = np.clip(rgb + rng.normal(0, 20, rgb.shape), 0, 255).astype(np.uint8)
+    Image.fromarray(rgb, "RGB").save(out / "tiny.png", optimize=False)
+    sr, seconds = 16000, 1.2
+    t = np.arange(int(sr * seconds)) / sr
+    wave = 0.3 * np.sin(2 * np.pi * 440 * t) + 0.2 * np.sin(2 * np.pi * 1230 * t)
+    wave = (wave + rng.normal(0, 0.05, t.shape)).astype(np.float32)
+    write_float_wav(out / "tiny.wav", wave, sr)
+
+
+def write_float_wav(path: Path, wave, sr: int) -> None:
+    """A mono IEEE-float WAV, written by hand: libsndfile adds a time-stamped PEAK chunk."""
+    import struct
+
+    data = wave.astype("<f4").tobytes()
+    fmt = struct.pack("<HHIIHH", 3, 1, sr, sr * 4, 4, 32)  # format 3 = IEEE float
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+    body += b"data" + struct.pack("<I", len(data)) + data
+    path.write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
+
+
 def main(argv: list[str]) -> int:
-    out = Path(argv[1] if len(argv) > 1 else "testdata/tiny-gemma4")
+    if "--media" in argv[1:]:
+        args = [a for a in argv[1:] if a != "--media"]
+        out = Path(args[0] if args else "testdata/media")
+        out.mkdir(parents=True, exist_ok=True)
+        make_media(out)
+        print(
+            f"wrote {out}: " + ", ".join(f"{p.name} {p.stat().st_size:,} B" for p in out.iterdir())
+        )
+        return 0
+    multimodal = "--multimodal" in argv[1:]
+    args = [a for a in argv[1:] if a != "--multimodal"]
+    default = "testdata/tiny-gemma4-mm" if multimodal else "testdata/tiny-gemma4"
+    out = Path(args[0] if args else default)
     out.mkdir(parents=True, exist_ok=True)
-    make_model(out)
-    tok = make_tokenizer()
+    (make_mm_model if multimodal else make_model)(out)
+    tok = make_tokenizer(MM_SPECIAL if multimodal else SPECIAL)
     tok.save(str(out / "tokenizer.json"))
     tok_cfg = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -208,9 +413,11 @@ def main(argv: list[str]) -> int:
         "chat_template": CHAT_TEMPLATE,
         "extra_special_tokens": {"sot_token": "<|turn>", "eot_token": "<turn|>"},
     }
+    if multimodal:
+        tok_cfg["extra_special_tokens"].update(MM_TOKEN_NAMES)
     (out / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
     files = {p.name: p.stat().st_size for p in out.iterdir() if p.name != "README.md"}
-    write_readme(out, files)
+    (write_mm_readme if multimodal else write_readme)(out, files)
     total = sum(p.stat().st_size for p in out.iterdir())
     print(f"wrote {out} ({total:,} bytes)")
     return 0
