@@ -92,7 +92,8 @@ def test_processors_emit_48px_patches_and_640_sample_frames():
     audio = procs.preprocess_audio([np.ones(1_000, dtype=np.float32)])
     assert audio["input_features"].shape == (1, 2, 640)
     assert audio["num_soft_tokens"] == [2]
-    assert 106 in procs.stop_token_ids
+    # stop ids are the checkpoint's own eos ids (the real 12B config lists [1, 106])
+    assert set(procs.stop_token_ids) >= {1, 106}
 
 
 def test_patch_layout_is_hwc_row_major():

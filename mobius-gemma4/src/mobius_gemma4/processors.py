@@ -1,10 +1,10 @@
 """Gemma 4 preprocessing (reference §1.2, §5.1, §6.1): chat layout, media, stop ids.
 
 -it models: ``<bos><|turn>user\\n`` + one ``<|image|>`` per image + one ``<|audio|>`` per
-clip + text + ``<turn|>\\n<|turn>model\\n``; generation stops on the config's eos ids plus
-``<turn|>`` (106). :func:`expand_prompt` turns each placeholder into
-``begin + n × placeholder + end`` with exactly the soft-token count the encoder emits for
-that item, as HF's ``Gemma4Processor`` does. Images and audio are processed in numpy
+clip + text + ``<turn|>\\n<|turn>model\\n``; generation stops on the eos ids the
+checkpoint declares (-it checkpoints list ``<turn|>``, 106, among them).
+:func:`expand_prompt` turns each placeholder into ``begin + n × placeholder + end`` with
+exactly the soft-token count the encoder emits for that item, as HF's ``Gemma4Processor`` does. Images and audio are processed in numpy
 (:mod:`mobius_gemma4.vision.processor`, :mod:`mobius_gemma4.audio.features`); arrays are
 float32 and the runtime casts them to the port dtype.
 """
@@ -17,9 +17,6 @@ from typing import Any
 from mobius.errors import MobiusError
 from mobius.records import Processors
 from mobius_gemma4.config import Gemma4Config
-
-END_OF_TURN = 106
-"""``<turn|>``: ends a chat turn; a stop id for -it checkpoints."""
 
 IMAGE_BEGIN, IMAGE_TOKEN, IMAGE_END = "<|image>", "<|image|>", "<image|>"
 AUDIO_BEGIN, AUDIO_TOKEN, AUDIO_END = "<|audio>", "<|audio|>", "<audio|>"
@@ -115,12 +112,20 @@ def audio_preprocessor(config: Gemma4Config):
 def stop_token_ids(
     config: Gemma4Config, generation_eos: list[int] | int | None = None
 ) -> tuple[int, ...]:
+    """The ids that end generation: every eos id the checkpoint declares.
+
+    The text config's ``eos_token_id``, the top-level one (-it checkpoints list
+    ``[1, 106]`` there: ``<turn|>`` ends a chat turn) and generation_config's.
+    No id is assumed: a tiny vocabulary may use 106 for an ordinary token.
+    """
     ids: list[int] = list(config.text.eos_token_id)
-    if generation_eos is not None:
-        extra = generation_eos if isinstance(generation_eos, list) else [generation_eos]
-        ids += [int(i) for i in extra]
-    if END_OF_TURN not in ids and config.model_type in ("gemma4", "gemma4_unified"):
-        ids.append(END_OF_TURN)
+    top = config.raw.get("eos_token_id") if config.raw else None
+    for extra in (top, generation_eos):
+        if extra is None:
+            continue
+        for i in extra if isinstance(extra, list) else [extra]:
+            if isinstance(i, int) and not isinstance(i, bool):
+                ids.append(i)
     return tuple(dict.fromkeys(ids))
 
 
