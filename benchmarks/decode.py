@@ -1,15 +1,18 @@
 """Greedy decode speed: mobius-runtime against HF transformers generate() on the same weights.
 
-For each checkpoint: build the package (or take --package), run greedy generation
-with both on the same prompt ids and thread count, assert identical ids, and
-print prefill latency, decode tokens/s and the mobius/HF ratio (median of
---runs runs). Checkpoints:
+For each checkpoint: build a package per --targets (``default``: ONNX Attention,
+concat KV; ``cpu``: GroupQueryAttention with shared, preallocated KV buffers), run
+greedy generation with mobius-runtime and with HF on the same prompt ids and thread
+count, assert identical ids, and print prefill latency, decode tokens/s and the
+mobius/HF ratio (median of --runs runs), plus the machine's load average (the
+figures are only comparable between runs on an equally loaded machine). Checkpoints:
 
   (a) tiny  — testdata/tiny-gemma4 (bundled)
   (b) mid   — a random Gemma 4 text checkpoint (~400 M parameters, PLE and KV
               sharing) made with transformers from a fixed seed into /tmp
 
-Usage: python benchmarks/decode.py [--which tiny mid] [--threads 2] [--new 64] [--runs 3]
+Usage: python benchmarks/decode.py [--which tiny mid] [--targets default cpu] [--threads 2]
+                                  [--new 64] [--runs 3]
 Targets (not asserted): >= 20x HF on (a), >= 1.5x on (b).
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -49,7 +53,9 @@ def make_mid_checkpoint(out: Path, seed: int = 0) -> Path:
         vocab_size_per_layer_input=32768,
         num_kv_shared_layers=4,
     )
+    # hub style: global_head_dim on the default layer pattern (per_layer_config would win)
     raw.pop("layer_types", None)
+    raw.pop("per_layer_config", None)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(raw))
     config = AutoConfig.from_pretrained(out)
@@ -64,10 +70,10 @@ def make_mid_checkpoint(out: Path, seed: int = 0) -> Path:
     return out
 
 
-def build(source: Path, out: Path) -> Path:
+def build(source: Path, out: Path, target: str) -> Path:
     import mobius
 
-    mobius.build(str(source), str(out), force=True)
+    mobius.build(str(source), str(out), target=target, force=True)
     return out
 
 
@@ -77,10 +83,14 @@ def bench_mobius(package: Path, ids: list[int], new: int, threads: int, runs: in
     p = Pipeline.load(package, device="cpu", threads=threads)
     p.generate(input_ids=ids, max_new_tokens=4, stop_ids=())  # warm-up
     results = [p.generate(input_ids=ids, max_new_tokens=new, stop_ids=()) for _ in range(runs)]
+    for r in results[1:]:
+        assert r.ids == results[0].ids, "mobius-runtime is not deterministic"
+    shared = ", ".join(f"{c}: {'shared' if on else 'concat'}" for c, on in p.kv_sharing.items())
     return (
         results[0].ids,
         statistics.median(r.prefill_ms for r in results),
         statistics.median(r.decode_tokens_per_s for r in results),
+        shared,
     )
 
 
@@ -107,28 +117,45 @@ def bench_hf(source: Path, ids: list[int], new: int, threads: int, runs: int):
     return out[0, len(ids) :].tolist(), statistics.median(prefill), statistics.median(rates)
 
 
+def load_average() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} / {five:.2f} (1 / 5 min) on {os.cpu_count()} cores"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--which", nargs="+", default=["tiny", "mid"], choices=["tiny", "mid"])
+    ap.add_argument("--targets", nargs="+", default=["default", "cpu"], choices=["default", "cpu"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--package", type=Path, help="prebuilt package for a single --which")
+    ap.add_argument("--package", type=Path, help="prebuilt package for one --which / --targets")
+    ap.add_argument("--no-build", action="store_true", help="reuse /tmp/mobius-bench packages")
     args = ap.parse_args()
     for which in args.which:
         source = TINY if which == "tiny" else make_mid_checkpoint(MID)
-        package = args.package or build(source, Path(f"/tmp/mobius-bench/{which}-pkg"))
         ids = [2, *np.random.default_rng(0).integers(10, 300, args.prompt_len - 1).tolist()]
-        m_ids, m_pre, m_tps = bench_mobius(package, ids, args.new, args.threads, args.runs)
+        rows = []
+        for target in args.targets:
+            package = args.package or Path(f"/tmp/mobius-bench/{which}-{target}-pkg")
+            if not args.package and not (args.no_build and (package / "mobius.json").is_file()):
+                build(source, package, target)
+            rows.append((target, *bench_mobius(package, ids, args.new, args.threads, args.runs)))
         h_ids, h_pre, h_tps = bench_hf(source, ids, args.new, args.threads, args.runs)
-        assert m_ids == h_ids, f"{which}: ids differ\n mobius {m_ids}\n hf     {h_ids}"
         print(
             f"{which}: prompt {len(ids)}, {args.new} new tokens, {args.threads} threads, "
-            f"median of {args.runs}\n"
-            f"  mobius-runtime: prefill {m_pre:8.2f} ms, decode {m_tps:9.1f} tok/s\n"
-            f"  HF transformers: prefill {h_pre:8.2f} ms, decode {h_tps:9.1f} tok/s\n"
-            f"  ratio (decode tok/s): {m_tps / h_tps:.1f}x   identical ids: yes"
+            f"median of {args.runs}; {load_average()}"
+        )
+        for target, m_ids, m_pre, m_tps, shared in rows:
+            assert m_ids == h_ids, f"{which}/{target}: ids differ\n mobius {m_ids}\n hf {h_ids}"
+            print(
+                f"  mobius-runtime --target {target:7s} ({shared}): prefill {m_pre:8.2f} ms, "
+                f"decode {m_tps:9.1f} tok/s, ratio {m_tps / h_tps:6.1f}x HF"
+            )
+        print(
+            f"  HF transformers generate():  prefill {h_pre:8.2f} ms, decode {h_tps:9.1f} tok/s\n"
+            "  identical greedy ids: yes"
         )
 
 

@@ -70,3 +70,29 @@ def split_pkg(tmp_path):
     return toypkg.split_package(
         tmp_path / "split", runtime_files=_text_files(tmp_path), extra={"context_length": 64}
     )
+
+
+TINY_GEMMA4 = Path(__file__).resolve().parents[2] / "testdata" / "tiny-gemma4"
+
+
+def _build_tiny(tmp_path_factory, target: str) -> Path:
+    if not (TINY_GEMMA4 / "config.json").is_file():
+        pytest.skip("testdata/tiny-gemma4 is not present")
+    pytest.importorskip("mobius_gemma4")
+    import mobius
+
+    out = tmp_path_factory.mktemp(f"tiny-{target}") / "pkg"
+    mobius.build(str(TINY_GEMMA4), str(out), target=target)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_gqa_package(tmp_path_factory):
+    """The bundled tiny Gemma 4 built with ``--target cpu`` (GroupQueryAttention layers)."""
+    return _build_tiny(tmp_path_factory, "cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_attention_package(tmp_path_factory):
+    """The bundled tiny Gemma 4 built with ``--target default`` (ONNX Attention layers)."""
+    return _build_tiny(tmp_path_factory, "default")

@@ -7,12 +7,27 @@ components and between steps as OrtValues through IO binding, so KV caches
 never roundtrip through numpy and, on CUDA, stay on the device; only the
 contract's declared outputs (logits) are bound to host memory.
 
+KV state has two modes (see :mod:`mobius_runtime.kvshare`). Shared: when every state
+edge of a component is a GroupQueryAttention past/present pair and the caller gives
+a ``capacity`` (the generation's maximum length), the state is one preallocated
+``[B, kvh, capacity, hd]`` OrtValue per port, bound as both the past input and the
+present output, so a step writes only its new rows (O(new tokens)). Concat (every
+other graph, e.g. ONNX ``Attention`` builds, and ``forward()``): the present OrtValue
+a step returns is the next step's past, without numpy copies, but the op itself
+builds ``present = concat(past, new)``, so each step's cost is O(cache) and a
+generation's O(n²).
+
+Thread safety: an Executor is shared by all requests of a Pipeline. It keeps no
+per-request state; every step makes fresh IO bindings, and the only shared mutable
+members (per-component caches) are filled under a lock.
+
 Every input is resolved *before* any session runs: a required input without a
 source is a :class:`RequestError`, never silently zero-filled.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,17 +35,27 @@ import numpy as np
 
 from mobius_runtime.errors import RequestError
 from mobius_runtime.feeds import to_ortvalue, zeros
+from mobius_runtime.kvshare import SEQ_AXIS, SharePlan
 from mobius_runtime.plan import Plan
 
 
 class Executor:
     """Executes a :class:`Plan` with sessions opened on demand by ``session_of``."""
 
-    def __init__(self, plan: Plan, session_of: Callable[[str], Any], device: str) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        session_of: Callable[[str], Any],
+        device: str,
+        share_of: Callable[[str], SharePlan | None] | None = None,
+    ) -> None:
         self.plan = plan
         self.session_of = session_of
         self.device = device
+        self.share_of = share_of
         self._io: dict[str, tuple[list[tuple[str, str, tuple[Any, ...]]], list[str]]] = {}
+        self._share: dict[str, SharePlan | None] = {}
+        self._lock = threading.Lock()
 
     def io(self, comp: str) -> tuple[list[tuple[str, str, tuple[Any, ...]]], list[str]]:
         """(inputs as (name, type, shape), output names) of a component's session, cached."""
@@ -39,8 +64,19 @@ class Executor:
             session = self.session_of(comp)
             inputs = [(a.name, a.type, tuple(a.shape or ())) for a in session.get_inputs()]
             cached = (inputs, [o.name for o in session.get_outputs()])
-            self._io[comp] = cached
+            with self._lock:
+                self._io.setdefault(comp, cached)
         return cached
+
+    def shared(self, comp: str) -> SharePlan | None:
+        """The component's KV buffer-sharing plan (None: concat path), decided once."""
+        if self.share_of is None:
+            return None
+        if comp not in self._share:
+            found = self.share_of(comp)
+            with self._lock:
+                self._share.setdefault(comp, found)
+        return self._share[comp]
 
     # ------------------------------------------------------------------ resolution
 
@@ -124,8 +160,15 @@ class Executor:
         caller: Mapping[str, Any],
         state: Mapping[str, Any] | None,
         past_len: int,
+        capacity: int | None = None,
     ) -> dict[str, Any]:
-        """Run one step; returns every component output (OrtValue) keyed ``comp.port``."""
+        """Run one step; returns every component output (OrtValue) keyed ``comp.port``.
+
+        ``capacity`` (the most positions this request will ever hold) enables shared
+        KV buffers for components whose graphs allow it; ``None`` keeps the concat
+        path. A request must use one mode for all its steps: the state a shared step
+        returns is the capacity-long buffers.
+        """
         self.check_request(caller)
         run, how = self._resolve(caller, state)
         batch, seq = _batch_and_seq(caller)
@@ -135,19 +178,57 @@ class Executor:
             session = self.session_of(comp)
             binding = session.io_binding()
             inputs, names = self.io(comp)
+            share = self.shared(comp) if capacity is not None else None
+            buffers: dict[str, Any] = {}
             for name, ort_type, shape in inputs:
                 key = f"{comp}.{name}"
-                value = self._feed(
-                    key, ort_type, len(shape), how[key], caller, state, values, batch, seq, past_len
-                )
+                if share is not None and name in share.pairs:
+                    value = self._buffer(key, ort_type, how[key], state, batch, capacity)
+                    _check_room(key, value, past_len + seq)
+                    buffers[name] = value
+                else:
+                    value = self._feed(
+                        key,
+                        ort_type,
+                        len(shape),
+                        how[key],
+                        caller,
+                        state,
+                        values,
+                        batch,
+                        seq,
+                        past_len,
+                    )
                 binding.bind_ortvalue_input(name, value)
+            bound = share.outputs if share is not None else {}
             for name in names:
+                if name in bound:
+                    binding.bind_ortvalue_output(name, buffers[bound[name]])
+                    continue
                 on_host = self.device == "cpu" or f"{comp}.{name}" in host_outputs
                 binding.bind_output(name, "cpu" if on_host else self.device)
             session.run_with_iobinding(binding)
             for name, value in zip(names, binding.get_outputs()):
-                values[f"{comp}.{name}"] = value
+                # a shared present *is* its past buffer: keep that very OrtValue
+                values[f"{comp}.{name}"] = buffers[bound[name]] if name in bound else value
         return values
+
+    def _buffer(
+        self,
+        key: str,
+        ort_type: str,
+        how: tuple[str, Any],
+        state: Mapping[str, Any] | None,
+        batch: int,
+        capacity: int | None,
+    ) -> Any:
+        """A shared KV buffer: the request's own from the last step, or a new zeroed one."""
+        kind, detail = how
+        if kind == "state":
+            return state[detail]  # type: ignore[index]
+        shape = list(_initial_shape(key, detail, batch))
+        shape[SEQ_AXIS] = int(capacity)  # type: ignore[arg-type]
+        return zeros(tuple(shape), ort_type, self.device)
 
     def next_state(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The state for the next step: each state edge's producer value."""
@@ -182,6 +263,17 @@ class Executor:
             return zeros(_initial_shape(key, detail, batch), ort_type, self.device)
         return to_ortvalue(
             _generated(key, detail, rank, batch, seq, past_len), ort_type, self.device
+        )
+
+
+def _check_room(key: str, buffer: Any, needed: int) -> None:
+    """A shared buffer must hold every position of this step (the request's capacity)."""
+    room = int(buffer.shape()[SEQ_AXIS])
+    if needed > room:
+        raise RequestError(
+            f"{key}: this step needs {needed} cache positions, the request's KV buffer has {room}",
+            where=key,
+            fix="pass a capacity of at least prompt length + max_new_tokens to step()",
         )
 
 

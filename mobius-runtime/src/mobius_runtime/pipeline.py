@@ -3,10 +3,16 @@
 This is the only place where sub-models are wired together, and the wiring is
 read from the package's contract, never written by hand: adding an input to a
 family's graphs changes its contract, and the runtime follows.
+
+One Pipeline serves concurrent requests: sessions are shared (onnxruntime's
+``run`` is thread-safe), everything a request owns (its KV state, IO bindings,
+sampler, stream) lives in the ``generate()`` call, and sessions are opened
+under a lock.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +74,7 @@ class Pipeline:
         device: str,
         threads: int | None,
         host: Any | None = None,
+        kv_share: bool = True,
     ) -> None:
         self.root = root
         self.manifest = manifest
@@ -77,9 +84,13 @@ class Pipeline:
         self.plan: Plan = compile_plan(contract)
         self._paths = component_paths
         self._sessions: dict[str, Any] = {}
+        self._open_lock = threading.Lock()
         self.text = TextSide(root, manifest, host)
         self.context_length = context_length(root, manifest)
-        self.executor = Executor(self.plan, self.session, device)
+        self.kv_share = kv_share
+        self.executor = Executor(
+            self.plan, self.session, device, self._share_plan if kv_share else None
+        )
 
     # ------------------------------------------------------------------ loading
 
@@ -91,6 +102,7 @@ class Pipeline:
         threads: int | None = None,
         *,
         host: Any | None = None,
+        kv_share: bool = True,
     ) -> Pipeline:
         """Read, verify and open a package.
 
@@ -98,7 +110,8 @@ class Pipeline:
         size and mtime); one session per component is opened now, except
         presence-gated ones (vision, audio), opened on first use. ``host`` is a
         :class:`mobius.plugins.PluginHost` for the family's processors
-        (default: the installed plugins).
+        (default: the installed plugins). ``kv_share=False`` forces the concat
+        KV path even where the graph allows shared buffers (for comparisons).
         """
         from mobius.package import read_package
         from mobius_runtime.device import resolve_device
@@ -114,10 +127,12 @@ class Pipeline:
             resolved,
             threads,
             host,
+            kv_share,
         )
         for name in pipeline.plan.order:
             if pipeline.plan.presence[name] is None:
                 pipeline.session(name)
+                pipeline.executor.shared(name)
         return pipeline
 
     def session(self, component: str) -> Any:
@@ -126,10 +141,24 @@ class Pipeline:
         if session is None:
             from mobius_runtime.sessions import check_ports, open_session
 
-            session = open_session(self._paths[component], self.device, self.threads)
-            check_ports(session, self.contract.component(component))
-            self._sessions[component] = session
+            with self._open_lock:  # two threads never open the same component twice
+                session = self._sessions.get(component)
+                if session is None:
+                    session = open_session(self._paths[component], self.device, self.threads)
+                    check_ports(session, self.contract.component(component))
+                    self._sessions[component] = session
         return session
+
+    def _share_plan(self, component: str) -> Any:
+        from mobius_runtime.kvshare import share_plan
+
+        return share_plan(component, self._paths[component], self.plan.states)
+
+    @property
+    def kv_sharing(self) -> dict[str, bool]:
+        """Per stateful component: True when its KV state uses shared, preallocated buffers."""
+        stateful = {key.split(".", 1)[0] for key in self.plan.states}
+        return {name: self.executor.shared(name) is not None for name in sorted(stateful)}
 
     @property
     def providers(self) -> dict[str, list[str]]:
@@ -216,11 +245,15 @@ class Pipeline:
         stops = set(self.text.processors.stop_token_ids if stop_ids is None else stop_ids)
         rng = np.random.default_rng(seed)
         caller["input_ids"] = ids
+        # every position this request can hold: shared KV buffers are this long
+        capacity = prompt_len + max_new_tokens
+        if limit is not None:
+            capacity = min(capacity, limit)
 
         generated: list[int] = []
         stream = _Stream(self.text, on_token)
         start = time.perf_counter()
-        values = self.executor.step(caller, None, 0)
+        values = self.executor.step(caller, None, 0, capacity)
         logits = to_numpy(values[self.plan.logits])[0, -1]
         state = self.executor.next_state(values)
         prefill_ms = (time.perf_counter() - start) * 1000.0
@@ -247,7 +280,7 @@ class Pipeline:
                 reason = "context_length"
                 break
             step_ids = np.array([[token]], dtype=np.int64)
-            values = self.executor.step({"input_ids": step_ids}, state, past)
+            values = self.executor.step({"input_ids": step_ids}, state, past, capacity)
             logits = to_numpy(values[self.plan.logits])[0, -1]
             state = self.executor.next_state(values)
             past += 1

@@ -1,0 +1,135 @@
+"""Deciding whether a component's KV state can live in preallocated, shared buffers.
+
+ONNX ``Attention`` (and GroupQueryAttention fed a past of exactly the valid length)
+returns ``present = concat(past, new)``: every decode step copies the whole cache,
+so a generation costs O(n²) copies. ``com.microsoft.GroupQueryAttention`` can
+instead write the new K/V in place: onnxruntime 1.31 (CPU and CUDA) treats past and
+present as one buffer when both point at the same memory. Measured semantics
+(``tests/test_gqa_share_buffer.py`` checks them against numpy):
+
+- ``past_key``/``past_value`` are ``[B, kvh, M, hd]`` buffers of the generation's
+  maximum length ``M``; only the first ``P`` positions are valid;
+- ``present`` is bound (IO binding) to the very same OrtValue; GQA writes the ``S``
+  new rows at offset ``P`` and nothing else;
+- ``seqlens_k = P + S - 1`` and ``total_sequence_length = P + S`` — what the
+  graph derives from an ``attention_mask`` of ones of length ``P + S`` (the same
+  mask the concat path feeds), never from the buffer's length;
+- a KV-consumer layer (shared KV) that passes empty K/V with the producer's present
+  as its past attends exactly the valid ``P + S`` rows of the max-length buffer.
+
+This module inspects a graph (no weights loaded) and says whether *every* state
+edge of a component is such a GQA pair; a single state that is not (an
+``Attention`` layer, a past read by anything but a GQA past input, e.g. a
+``Shape`` that would see ``M``) keeps the whole component on the concat path,
+and the reason is logged at debug level.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("mobius_runtime.kvshare")
+
+GQA_OP = ("com.microsoft", "GroupQueryAttention")
+_PAST_KEY, _PAST_VALUE = 3, 4  # GroupQueryAttention input slots
+_PRESENT_KEY, _PRESENT_VALUE = 1, 2  # GroupQueryAttention output slots
+SEQ_AXIS = 2  # GQA caches are BNSH
+
+
+@dataclass(frozen=True)
+class SharePlan:
+    """A component whose state edges all share buffers: consumer port -> producer port."""
+
+    component: str
+    pairs: Mapping[str, str]  # past port name -> present port name (both unqualified)
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        """present port name -> past port name (the buffer it is bound to)."""
+        return {present: past for past, present in self.pairs.items()}
+
+
+def share_plan(component: str, path: Path, states: Mapping[str, str]) -> SharePlan | None:
+    """The :class:`SharePlan` of ``component`` (graph at ``path``), or None with a debug log.
+
+    ``states`` is the plan's consumer key -> producer key map (``comp.port``); only
+    the edges whose both ends are in ``component`` are considered. A component
+    without state edges returns None silently.
+    """
+    prefix = f"{component}."
+    pairs = {
+        consumer[len(prefix) :]: producer[len(prefix) :]
+        for consumer, producer in states.items()
+        if consumer.startswith(prefix)
+    }
+    if not pairs:
+        return None
+    if any(not states[prefix + past].startswith(prefix) for past in pairs):
+        log.debug("%s: a state edge crosses components; KV buffers are not shared", component)
+        return None
+    reason = _why_not(path, pairs)
+    if reason is not None:
+        log.debug(
+            "%s: KV buffer sharing off, concat path (O(cache) copy per step): %s",
+            component,
+            reason,
+        )
+        return None
+    log.debug(
+        "%s: KV buffer sharing on for %d state ports (GroupQueryAttention)", component, len(pairs)
+    )
+    return SharePlan(component, dict(pairs))
+
+
+def _why_not(path: Path, pairs: Mapping[str, str]) -> str | None:
+    """None when every (past, present) pair is one GQA node's in-place cache; else why not."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception as exc:  # unreadable graph: the session load reports it properly
+        return f"cannot read the graph ({exc})"
+    producer = {out: (node, i) for node in graph.node for i, out in enumerate(node.output)}
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, i))
+    inputs = {v.name: v for v in graph.input}
+    outputs = {v.name for v in graph.output}
+
+    node_of: dict[str, int] = {}  # past port -> id of the GQA node that owns it
+    for past, present in pairs.items():
+        if past not in inputs or present not in outputs:
+            return f"state {present} -> {past} is not a graph output -> input pair"
+        dims = inputs[past].type.tensor_type.shape.dim
+        if len(dims) != 4:
+            return f"{past} has rank {len(dims)}, GroupQueryAttention caches are rank 4"
+        found = producer.get(present)
+        if found is None:
+            return f"{present} is not produced by a node"
+        node, slot = found
+        if (node.domain, node.op_type) != GQA_OP:
+            return f"{present} comes from {node.domain or 'ai.onnx'}.{node.op_type}"
+        want = {_PRESENT_KEY: _PAST_KEY, _PRESENT_VALUE: _PAST_VALUE}.get(slot)
+        if want is None or len(node.input) <= want or node.input[want] != past:
+            return f"{present}: its GroupQueryAttention node does not read {past} as its past"
+        node_of[past] = id(node)
+        # The past buffer is only ever a GQA past input (a Shape would see M, not P).
+        for reader, i in readers.get(past, []):
+            if (reader.domain, reader.op_type) != GQA_OP or i not in (_PAST_KEY, _PAST_VALUE):
+                return f"{past} is also read by {reader.op_type} (input {i})"
+        # The present (the same buffer) may feed KV-consumer layers, as their GQA past only.
+        for reader, i in readers.get(present, []):
+            if (reader.domain, reader.op_type) != GQA_OP or i not in (_PAST_KEY, _PAST_VALUE):
+                return f"{present} is read by {reader.op_type} (input {i}), not a GQA past"
+    # onnxruntime shares only when key *and* value of one node are both bound in place.
+    for past, present in pairs.items():
+        node, slot = producer[present]
+        other = node.output[_PRESENT_VALUE if slot == _PRESENT_KEY else _PRESENT_KEY]
+        partner = next((p for p, q in pairs.items() if q == other), None)
+        if partner is None or node_of.get(partner) != node_of[past]:
+            return f"{present}: its node's other present output {other} is not a state edge"
+    return None
