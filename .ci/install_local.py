@@ -7,16 +7,31 @@ of the extras asked for) to other distributions in this repository, and installs
 exactly those local folders in one ``pip install`` call. Nothing undeclared is
 added, so a missing dependency declaration makes the tox env fail.
 
-Usage: ``python .ci/install_local.py mobius-gemma4[test] [more ...] [--no-deps NAME ...]``
+The compatibility matrix (tox label ``compat``) also installs *released* versions:
+``--pin NAME=WHICH`` takes distribution NAME from the git commit ``releases.toml``
+records for it instead of from the working tree. WHICH is a version (``0.1.0``),
+``last`` (its newest release), ``floor`` (the oldest release that every other
+distribution being installed allows: "the oldest core this plugin supports") or
+``head`` (the working tree, i.e. no pin). The commit's whole tree is extracted to
+``<env>/mobius-pinned/NAME/`` (its tests included, so an env can run a release's
+own tests) with a ``.mobius-release.json`` stamp that .ci/check_versions.py checks.
+``--lowest DIST`` installs DIST at the lowest version the installed distributions
+declare (``onnxruntime-gpu>=1.22`` -> ``onnxruntime-gpu==1.22``).
+
+Usage: ``python .ci/install_local.py mobius-gemma4[test] [more ...] [--no-deps NAME ...]
+[--pin NAME=WHICH ...] [--lowest DIST ...]``
 or ``python .ci/install_local.py --forbid DIST ...`` (fail when any DIST is installed).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 try:
@@ -24,7 +39,19 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
 
+try:
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+except ModuleNotFoundError:  # a fresh env has pip's vendored copy only
+    from pip._vendor.packaging.requirements import Requirement  # type: ignore[no-redef]
+    from pip._vendor.packaging.specifiers import SpecifierSet  # type: ignore[no-redef]
+    from pip._vendor.packaging.version import Version  # type: ignore[no-redef]
+
 ROOT = Path(__file__).resolve().parent.parent
+RELEASES = ROOT / "releases.toml"
+PINNED_DIR = "mobius-pinned"
+STAMP = ".mobius-release.json"
 REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?")
 
 
@@ -32,14 +59,29 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def local_distributions() -> dict[str, Path]:
-    """Canonical distribution name -> folder, for every ``*/pyproject.toml`` at the root."""
+def read_pyproject(folder: Path) -> dict:
+    return tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def local_distributions(root: Path = ROOT) -> dict[str, Path]:
+    """Canonical distribution name -> folder, for every ``*/pyproject.toml`` under ``root``."""
     out = {}
-    for pyproject in sorted(ROOT.glob("*/pyproject.toml")):
+    for pyproject in sorted(root.glob("*/pyproject.toml")):
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
         name = data.get("project", {}).get("name")
         if name:
             out[canonical(name)] = pyproject.parent
+    return out
+
+
+def releases() -> dict[str, list[dict]]:
+    """Canonical distribution name -> its releases from releases.toml, oldest first."""
+    data = tomllib.loads(RELEASES.read_text(encoding="utf-8"))
+    out: dict[str, list[dict]] = {}
+    for entry in data.get("release", []):
+        out.setdefault(canonical(entry["distribution"]), []).append(entry)
+    for entries in out.values():
+        entries.sort(key=lambda e: Version(e["version"]))
     return out
 
 
@@ -49,6 +91,18 @@ def parse(spec: str) -> tuple[str, set[str]]:
         raise SystemExit(f"install_local: cannot parse requirement {spec!r}")
     extras = {e.strip() for e in (m.group(2) or "").split(",") if e.strip()}
     return canonical(m.group(1)), extras
+
+
+def requirements_of(folder: Path, extras: set[str]) -> list[str]:
+    """The requirement lines ``folder``'s pyproject declares, plus those of ``extras``."""
+    project = read_pyproject(folder)["project"]
+    reqs = list(project.get("dependencies", []))
+    optional = project.get("optional-dependencies", {})
+    for extra in sorted(extras):
+        if extra not in optional:
+            raise SystemExit(f"install_local: {folder.name} has no extra [{extra}]")
+        reqs += optional[extra]
+    return reqs
 
 
 def closure(roots: list[str], local: dict[str, Path]) -> dict[str, set[str]]:
@@ -62,18 +116,123 @@ def closure(roots: list[str], local: dict[str, Path]) -> dict[str, set[str]]:
         if name in wanted and extras <= wanted[name]:
             continue
         wanted[name] = wanted.get(name, set()) | extras
-        project = tomllib.loads((local[name] / "pyproject.toml").read_text(encoding="utf-8"))
-        reqs = list(project["project"].get("dependencies", []))
-        optional = project["project"].get("optional-dependencies", {})
-        for extra in sorted(extras):
-            if extra not in optional:
-                raise SystemExit(f"install_local: {name} has no extra [{extra}]")
-            reqs += optional[extra]
-        for req in reqs:
+        for req in requirements_of(local[name], wanted[name]):
             dep, dep_extras = parse(req)
             if dep in local:
                 todo.append((dep, dep_extras))
     return wanted
+
+
+def declared_specifier(
+    target: str, wanted: dict[str, set[str]], folders: dict[str, Path]
+) -> tuple[SpecifierSet, list[str]]:
+    """Intersection of what the distributions in ``wanted`` require of ``target``.
+
+    Returns the specifier and, for messages, who declared which part. Requirements
+    behind environment markers that do not hold here are left out.
+    """
+    spec = SpecifierSet()
+    who = []
+    for name, extras in sorted(wanted.items()):
+        if name == target:
+            continue
+        for line in requirements_of(folders[name], extras):
+            req = Requirement(line)
+            if canonical(req.name) != target:
+                continue
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            spec &= req.specifier
+            who.append(f"{name}: {req.name}{req.specifier}")
+    return spec, who
+
+
+def resolve_pin(
+    name: str, which: str, wanted: dict[str, set[str]], folders: dict[str, Path]
+) -> dict | None:
+    """The releases.toml entry ``which`` names for ``name`` (``None`` for ``head``)."""
+    if which == "head":
+        return None
+    known = releases().get(name, [])
+    if not known:
+        raise SystemExit(f"install_local: releases.toml records no release of {name}")
+    if which == "last":
+        return known[-1]
+    if which == "floor":
+        spec, who = declared_specifier(name, wanted, folders)
+        allowed = [e for e in known if spec.contains(Version(e["version"]), prereleases=True)]
+        if not allowed:
+            raise SystemExit(
+                f"install_local: no release of {name} in releases.toml satisfies "
+                f"{spec or '(any)'} (declared by {'; '.join(who) or 'nobody'}); "
+                f"released: {', '.join(e['version'] for e in known)}"
+            )
+        print(f"install_local: floor of {name} for {'; '.join(who) or '(no requirement)'}")
+        return allowed[0]
+    for entry in known:
+        if Version(entry["version"]) == Version(which):
+            return entry
+    raise SystemExit(
+        f"install_local: releases.toml has no {name} {which}; "
+        f"released: {', '.join(e['version'] for e in known)}"
+    )
+
+
+def extract_release(name: str, entry: dict, dest_root: Path) -> Path:
+    """Extract the tree of ``entry['commit']`` to ``dest_root/name``; its folder for ``name``.
+
+    Why ``git archive`` and not a worktree: it leaves the repository's state
+    untouched (no worktree registration), and the tree is exactly the commit.
+    """
+    commit = entry["commit"]
+    dest = dest_root / name
+    stamp = dest / STAMP
+    fresh = stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8"))["commit"] == commit
+    if not fresh:  # else: extracted by an earlier run of this env
+        if dest.exists():
+            import shutil
+
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        try:
+            blob = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", "--format=tar", commit],
+                check=True,
+                capture_output=True,
+            ).stdout
+        except subprocess.CalledProcessError as exc:
+            raise SystemExit(
+                f"install_local: cannot read commit {commit} of {name} {entry['version']} "
+                f"(a shallow clone? fetch full history: git fetch --unshallow): "
+                f"{exc.stderr.decode(errors='replace').strip()}"
+            ) from exc
+        with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+            # our own repository's tree; the "data" filter where this Python has it
+            extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tar.extractall(dest, **extra)
+        record = {"distribution": name, "version": entry["version"], "commit": commit}
+        stamp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    folder = local_distributions(dest).get(name)
+    if folder is None:
+        raise SystemExit(f"install_local: commit {commit} has no distribution {name}")
+    version = read_pyproject(folder)["project"]["version"]
+    if Version(version) != Version(entry["version"]):
+        raise SystemExit(
+            f"install_local: releases.toml says {name} {entry['version']} is commit {commit}, "
+            f"but that commit's {folder.name}/pyproject.toml says version {version}"
+        )
+    return folder
+
+
+def lowest_pin(dist: str, wanted: dict[str, set[str]], folders: dict[str, Path]) -> str:
+    """``DIST==V`` with V the highest lower bound the distributions being installed declare."""
+    spec, who = declared_specifier(canonical(dist), wanted, folders)
+    bounds = [Version(s.version) for s in spec if s.operator in (">=", "==", "~=", "===")]
+    if not bounds:
+        raise SystemExit(f"install_local: nothing installed here declares a lower bound on {dist}")
+    low = max(bounds)
+    print(f"install_local: lowest {dist} declared: {low} ({'; '.join(who)})")
+    return f"{dist}=={low}"
 
 
 def forbid(names: list[str]) -> int:
@@ -91,35 +250,72 @@ def forbid(names: list[str]) -> int:
     return 0
 
 
+def parse_args(argv: list[str]) -> tuple[list[str], list[str], dict[str, str], list[str]]:
+    """(roots, --no-deps names, --pin NAME -> WHICH, --lowest DISTs)."""
+    roots: list[str] = []
+    nodeps: list[str] = []
+    pins: dict[str, str] = {}
+    lowest: list[str] = []
+    bucket = roots
+    args = iter(argv)
+    for arg in args:
+        if arg == "--no-deps":
+            bucket = nodeps
+        elif arg in ("--pin", "--lowest"):
+            value = next(args, None)
+            if value is None:
+                raise SystemExit(f"install_local: {arg} needs a value")
+            if arg == "--lowest":
+                lowest.append(value)
+                continue
+            name, sep, which = value.partition("=")
+            if not sep or not which:
+                raise SystemExit(f"install_local: --pin wants NAME=WHICH, got {value!r}")
+            pins[canonical(name)] = which
+        else:
+            bucket.append(arg)
+    return roots, nodeps, pins, lowest
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--forbid":
         return forbid(argv[1:])
-    roots, nodeps_roots = [], []
-    bucket = roots
-    for arg in argv:
-        if arg == "--no-deps":
-            bucket = nodeps_roots
-        else:
-            bucket.append(arg)
+    roots, nodeps_roots, pins, lowest = parse_args(argv)
     local = local_distributions()
-    wanted = closure(roots, local) if roots else {}
+    folders = dict(local)
+    wanted = closure(roots, folders) if roots else {}
+    pinned_root = Path(sys.prefix) / PINNED_DIR
+    for name, which in sorted(pins.items()):
+        if name not in local:
+            raise SystemExit(f"install_local: {name} is not a distribution of this repository")
+        entry = resolve_pin(name, which, wanted, folders)
+        if entry is None:
+            continue
+        folders[name] = extract_release(name, entry, pinned_root)
+        print(f"install_local: {name} {entry['version']} from commit {entry['commit']}")
+        # the pinned tree may declare other requirements than the working tree
+        wanted = closure(roots, folders)
+    for name in pins:
+        if name not in wanted and name not in {parse(s)[0] for s in nodeps_roots}:
+            raise SystemExit(f"install_local: --pin {name}: nothing here installs {name}")
     pip = [sys.executable, "-m", "pip", "install", "--quiet"]
     targets = []
     for name, extras in sorted(wanted.items()):
         suffix = f"[{','.join(sorted(extras))}]" if extras else ""
-        targets.append(f"{local[name]}{suffix}")
+        targets.append(f"{folders[name]}{suffix}")
+    targets += [lowest_pin(dist, wanted, folders) for dist in lowest]
     if targets:
         print("install_local:", " ".join(targets), flush=True)
         subprocess.run([*pip, *targets], check=True)
-    folders = []
+    nodeps_folders = []
     for spec in nodeps_roots:
         name, _ = parse(spec)
         if name not in local:
             raise SystemExit(f"install_local: {name} is not a distribution of this repository")
-        folders.append(str(local[name]))
-    if folders:
-        print("install_local (--no-deps):", " ".join(folders), flush=True)
-        subprocess.run([*pip, "--no-deps", *folders], check=True)
+        nodeps_folders.append(str(folders[name]))
+    if nodeps_folders:
+        print("install_local (--no-deps):", " ".join(nodeps_folders), flush=True)
+        subprocess.run([*pip, "--no-deps", *nodeps_folders], check=True)
     return 0
 
 

@@ -123,12 +123,16 @@ def _dist_of(entry_point: Any) -> tuple[str | None, str | None, list[str]]:
     return name, getattr(dist, "version", None), list(getattr(dist, "requires", None) or [])
 
 
-def incompatibility(distribution: str | None, requires: Iterable[str], core: str) -> str | None:
-    """Why ``distribution`` cannot run with core ``core``, or ``None`` if it can.
+def incompatibility(
+    distribution: str | None, requires: Iterable[str], core: str, version: str | None = None
+) -> str | None:
+    """Why ``distribution`` (at ``version``) cannot run with core ``core``, or ``None``.
 
     Reads the distribution's ``Requires-Dist`` lines; only an unconditional
     requirement on ``mobius-core`` (or one whose marker holds here, extras
-    excluded) counts.
+    excluded) counts. The message names the plugin's version, the range it
+    requires, the installed core and the ``pip install`` that fixes it, since
+    the person reading it is usually one command away from a working install.
     """
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
@@ -148,13 +152,32 @@ def incompatibility(distribution: str | None, requires: Iterable[str], core: str
         except InvalidVersion:
             ok = True
         if not ok:
-            who = distribution or "this plugin"
-            return (
-                f"{who} requires mobius-core{req.specifier} but mobius-core {core} is "
-                f"installed; fix: pip install 'mobius-core{req.specifier}' "
-                f"(or upgrade the plugin: pip install -U {who})"
-            )
+            return _incompatible_message(distribution, version, str(req.specifier), core)
     return None
+
+
+def _incompatible_message(
+    distribution: str | None, version: str | None, spec: str, core: str
+) -> str:
+    """The ``incompatible`` reason: both versions, the range, and the command that fixes it."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    who = f"{distribution} {version}" if distribution and version else distribution
+    who = who or "this plugin"
+    installed = Version(core)
+    # core above the plugin's upper bound: a newer plugin release may support it
+    too_new = any(
+        s.operator in ("<", "<=") and not s.contains(installed, prereleases=True)
+        for s in SpecifierSet(spec)
+    )
+    message = (
+        f"{who} requires mobius-core{spec}, but mobius-core {core} is installed; "
+        f"fix: pip install 'mobius-core{spec}' (replaces mobius-core {core})"
+    )
+    if too_new and distribution:
+        message += f", or keep it and upgrade the plugin: pip install -U {distribution}"
+    return message
 
 
 # --------------------------------------------------------------------------- host
@@ -240,7 +263,7 @@ class PluginHost:
             if ep.name in self._loaded or any(r.name == ep.name for r in self._failed):
                 self._fail(ep.name, dist, version, f"another plugin is already named {ep.name!r}")
                 continue
-            why = incompatibility(dist, requires, core)
+            why = incompatibility(dist, requires, core, version)
             if why is not None:
                 self._add_failed(PluginRecord(ep.name, dist, version, (), "incompatible", why))
                 continue
