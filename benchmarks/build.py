@@ -19,7 +19,8 @@ safetensors with numpy, then times ``cp -r`` of it and ``mobius.build(...,
 dtype="bf16")`` on the same disk in the same run, both followed by ``sync``. It
 prints peak RSS of the build (target ≤ 2 GiB) and the wall-time ratio build /
 copy. Needs ~30 GB free in DIR (checked first) and torch + transformers for the
-names; removes what it wrote unless ``--keep``.
+names; removes what it wrote unless ``--keep`` (a later ``--keep`` run reuses the kept
+checkpoint). ``--profile FILE`` writes cProfile stats of the build.
 """
 
 from __future__ import annotations
@@ -72,9 +73,15 @@ BUILD_CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 import mobius
-src, out, dtype = sys.argv[1:4]
+src, out, dtype, profile = sys.argv[1:5]
 try:
-    r = mobius.build(src, out, dtype=dtype, force=True)
+    if profile:
+        import cProfile
+        with cProfile.Profile() as prof:
+            r = mobius.build(src, out, dtype=dtype, force=True)
+        prof.dump_stats(profile)
+    else:
+        r = mobius.build(src, out, dtype=dtype, force=True)
     info = {"components": dict(r.components), "n_tensors": r.n_tensors, "unused": len(r.unused)}
 except Exception as exc:
     info = {"error": f"{type(exc).__name__}: {str(exc)[:400]}"}
@@ -223,24 +230,54 @@ def write_synthetic_checkpoint(folder: Path, config_path: Path) -> int:
     return total
 
 
-def synthetic_e2b(root: Path, config_path: Path, keep: bool) -> None:
-    """(b) Write, copy and build a synthetic full-size E2B; print RSS and ratios."""
+def _kept_checkpoint(ckpt: Path, marker: Path) -> int | None:
+    """Bytes of tensor data of a checkpoint a previous ``--keep`` run finished, or None."""
+    index = ckpt / "model.safetensors.index.json"
+    if not marker.is_file() or not index.is_file():
+        return None
+    try:
+        recorded = json.loads(marker.read_text())
+        total = json.loads(index.read_text())["metadata"]["total_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    sizes = {p.name: p.stat().st_size for p in ckpt.glob("*.safetensors")}
+    return total if recorded == {"total_size": total, "files": sizes} else None
+
+
+def synthetic_e2b(root: Path, config_path: Path, keep: bool, profile: str = "") -> None:
+    """(b) Write, copy and build a synthetic full-size E2B; print RSS and ratios.
+
+    With ``keep``, a checkpoint a previous ``--keep`` run finished (marker file with
+    its index total and shard sizes) is reused instead of written again.
+    """
     root.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(root).free
+    ckpt, copy, out = root / "e2b-synthetic", root / "e2b-copy", root / "e2b-package"
+    marker = root / "e2b-synthetic.complete.json"
+    kept = _kept_checkpoint(ckpt, marker) if keep else None
+    free = shutil.disk_usage(root).free + (kept or 0)
     if free < 30 * GiB:
         print(f"(b) skipped: {free / GiB:.1f} GiB free in {root}, need ~30 GiB")
         return
-    ckpt, copy, out = root / "e2b-synthetic", root / "e2b-copy", root / "e2b-package"
-    for p in (ckpt, copy, out):
-        shutil.rmtree(p, ignore_errors=True)
+    for p in (copy, out) if kept else (ckpt, copy, out, marker):
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.exists():
+            p.unlink()
     try:
-        t = time.perf_counter()
-        nbytes = write_synthetic_checkpoint(ckpt, config_path)
-        os.sync()
-        t_write = time.perf_counter() - t
-        print(
-            f"(b) synthetic E2B: {nbytes / GiB:.2f} GiB of bf16 tensors written in {t_write:.1f} s"
-        )
+        if kept:
+            nbytes = kept
+            print(f"(b) synthetic E2B: reusing {nbytes / GiB:.2f} GiB of bf16 tensors in {ckpt}")
+        else:
+            t = time.perf_counter()
+            nbytes = write_synthetic_checkpoint(ckpt, config_path)
+            os.sync()
+            t_write = time.perf_counter() - t
+            sizes = {p.name: p.stat().st_size for p in ckpt.glob("*.safetensors")}
+            marker.write_text(json.dumps({"total_size": nbytes, "files": sizes}))
+            print(
+                f"(b) synthetic E2B: {nbytes / GiB:.2f} GiB of bf16 tensors written in "
+                f"{t_write:.1f} s"
+            )
 
         t = time.perf_counter()
         subprocess.run(["cp", "-r", str(ckpt), str(copy)], check=True)
@@ -249,7 +286,7 @@ def synthetic_e2b(root: Path, config_path: Path, keep: bool) -> None:
         shutil.rmtree(copy, ignore_errors=True)
         print(f"    cp -r + sync: {t_copy:.1f} s ({nbytes / GiB / t_copy:.2f} GiB/s)")
 
-        res = _child(BUILD_CHILD, str(ckpt), str(out), "bf16")
+        res = _child(BUILD_CHILD, str(ckpt), str(out), "bf16", profile)
         if "error" in res:
             print(f"    build ERROR: {res['error']}")
         else:
@@ -264,6 +301,7 @@ def synthetic_e2b(root: Path, config_path: Path, keep: bool) -> None:
         if not keep:
             for p in (ckpt, copy, out):
                 shutil.rmtree(p, ignore_errors=True)
+            marker.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,12 +311,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="default", choices=["default", "cpu", "cuda"])
     ap.add_argument("--skip-graph", action="store_true", help="skip (a)")
     ap.add_argument("--synthetic-e2b", type=Path, metavar="DIR", help="run (b) in DIR (~30 GB)")
-    ap.add_argument("--keep", action="store_true", help="keep (b)'s checkpoint and package")
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep (b)'s checkpoint and package; reuse a checkpoint an earlier --keep left",
+    )
+    ap.add_argument(
+        "--profile", default="", metavar="FILE", help="write cProfile stats of (b)'s build to FILE"
+    )
     args = ap.parse_args(argv)
     if not args.skip_graph:
         graph_only(args.dtype, args.target, args.configs)
     if args.synthetic_e2b:
-        synthetic_e2b(args.synthetic_e2b, args.configs / "gemma-4-E2B-it.json", args.keep)
+        synthetic_e2b(
+            args.synthetic_e2b, args.configs / "gemma-4-E2B-it.json", args.keep, args.profile
+        )
     return 0
 
 

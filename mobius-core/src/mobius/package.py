@@ -9,11 +9,14 @@ Layout (ARCHITECTURE §4)::
       genai_config.json, tokenizer.json, ...   runtime files
 
 Why the writer lays out external data itself instead of ``ir.save(...,
-external_data=...)``: it materializes one lazy tensor at a time, writes it,
-hashes it and drops it before the next (peak memory near the largest tensor),
-and reports each tensor to the progress callback. Everything is written to a
-hidden sibling folder and renamed into place at the end, so a failed build never
-leaves a half package.
+external_data=...)``: it takes one lazy tensor at a time, writes it, hashes it and
+drops it before the next, and reports each tensor to the progress callback. A
+tensor larger than ``chunk_bytes`` whose object offers ``iter_chunks(max_bytes)``
+(:class:`mobius.weights.PlannedTensor` does, for streamable weight-plan
+expressions) is written chunk by chunk and never held whole, so peak memory is
+about one chunk plus the largest tensor that cannot be streamed. Everything is
+written to a hidden sibling folder and renamed into place at the end, so a failed
+build never leaves a half package.
 
 The sibling is named ``.{OUT name}.mobius-tmp-{pid}-{random}``. A process killed
 outright (SIGKILL, power loss) cannot remove it, so the next write to the same
@@ -24,6 +27,7 @@ size limit) becomes a :class:`PackageError` naming the file being written.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import errno
 import hashlib
@@ -32,8 +36,10 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any, Protocol
@@ -72,6 +78,10 @@ _NO_ROOM = {
 """errno of a write that failed for lack of room -> (what, fix)."""
 _COMPONENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _CHUNK = 8 * 1024 * 1024
+CHUNK_BYTES = 64 * 1024 * 1024
+"""Bytes per chunk when a tensor is streamed (and the size above which it is)."""
+_chunk_bytes = contextvars.ContextVar("mobius_package_chunk_bytes", default=CHUNK_BYTES)
+"""The ``chunk_bytes`` of the running :func:`write_package` (read by :func:`_write_tensor`)."""
 # Tensors whose bytes numpy gives directly (no sub-byte packing).
 _NUMPY_BYTES = {
     ir.DataType.FLOAT,
@@ -119,11 +129,14 @@ def write_package(
     force: bool = False,
     progress: _Progress | None = None,
     inline_limit: int = INLINE_LIMIT,
+    chunk_bytes: int = CHUNK_BYTES,
 ) -> Path:
     """Write a complete package to ``out`` atomically; return its path.
 
     Initializers of ``inline_limit`` bytes or more go to external data, one at a
-    time; smaller ones stay inside ``model.onnx`` (see :func:`_inline`).
+    time; smaller ones stay inside ``model.onnx`` (see :func:`_inline`). Tensors of
+    more than ``chunk_bytes`` that can stream (``iter_chunks``) are written in chunks
+    of at most ``chunk_bytes`` (see :func:`_write_tensor`).
 
     ``manifest`` holds the caller's fields (model_type, task, dtype, target,
     contract, source, versions); this adds ``format_version``, ``components``
@@ -133,6 +146,8 @@ def write_package(
     changed: initializers get their lazy tensors back after saving.
     """
     out = Path(out).absolute()
+    if chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
     for key in _RESERVED_KEYS:
         if key in manifest:
             raise ValueError(f"manifest key {key!r} is written by write_package itself")
@@ -145,7 +160,11 @@ def write_package(
     try:
         entries = {}
         for name, model in components.items():
-            entries[name] = _write_component(tmp, out, name, model, progress, inline_limit)
+            token = _chunk_bytes.set(chunk_bytes)
+            try:
+                entries[name] = _write_component(tmp, out, name, model, progress, inline_limit)
+            finally:
+                _chunk_bytes.reset(token)
         files = {}
         for rf in runtime_files:
             with _room(out, rf.path):
@@ -360,7 +379,35 @@ def _inline(tensor: ir.TensorProtocol, limit: int) -> bool:
 
 
 def _write_tensor(f: IO[bytes], tensor: ir.TensorProtocol, digest: Any) -> int:
-    """Materialize one tensor, append its bytes to ``f`` and ``digest``; return its size."""
+    """Append one tensor's bytes to ``f`` and ``digest``; return its size.
+
+    Streamed in chunks when it is larger than ``chunk_bytes`` (of the running
+    :func:`write_package`) and its object has ``iter_chunks(max_bytes)`` returning an
+    iterator (not None) of numpy arrays or bytes-like objects; otherwise materialized
+    whole.
+    """
+    chunk_bytes = _chunk_bytes.get()
+    expected = tensor.size * tensor.dtype.itemsize if tensor.dtype in _NUMPY_BYTES else None
+    stream = getattr(tensor, "iter_chunks", None)
+    chunks = (
+        stream(chunk_bytes)
+        if callable(stream) and expected is not None and expected > chunk_bytes
+        else None
+    )
+    if chunks is not None:
+        written = 0
+        for chunk in chunks:
+            buffer = _bytes_of(chunk)
+            _write_and_hash(f, digest, buffer)
+            written += buffer.nbytes
+        if written != expected:
+            raise PackageError(
+                f"tensor {tensor.name!r} streamed {written} bytes, its shape and dtype say "
+                f"{expected}",
+                where=f"initializer {tensor.name!r}",
+                fix="this is a bug in the tensor's iter_chunks; please report it",
+            )
+        return written
     if tensor.dtype in _NUMPY_BYTES:
         array = tensor.numpy()
         if not array.flags.c_contiguous:
@@ -368,9 +415,44 @@ def _write_tensor(f: IO[bytes], tensor: ir.TensorProtocol, digest: Any) -> int:
         buffer = memoryview(array.reshape(-1).view(np.uint8))
     else:
         buffer = memoryview(tensor.tobytes())
-    f.write(buffer)
-    digest.update(buffer)
+    _write_and_hash(f, digest, buffer)
     return buffer.nbytes
+
+
+_hasher: ThreadPoolExecutor | None = None
+_hasher_lock = threading.Lock()
+_OVERLAP_BYTES = 1 << 20
+"""Buffers at least this large are hashed in a helper thread while they are written."""
+
+
+def _write_and_hash(f: IO[bytes], digest: Any, buffer: memoryview) -> None:
+    """``f.write(buffer)`` and ``digest.update(buffer)``, at the same time for large buffers.
+
+    Both release the GIL (hashlib for updates over 2 KiB), so hashing in a helper
+    thread while this one writes takes the sha256 of the package data off the build's
+    critical path. Both finish before returning: the caller may reuse ``buffer``.
+    """
+    global _hasher
+    if buffer.nbytes < _OVERLAP_BYTES:
+        f.write(buffer)
+        digest.update(buffer)
+        return
+    with _hasher_lock:
+        if _hasher is None:
+            _hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mobius-sha256")
+        pool = _hasher
+    hashed = pool.submit(digest.update, buffer)
+    try:
+        f.write(buffer)
+    finally:
+        hashed.result()
+
+
+def _bytes_of(chunk: Any) -> memoryview:
+    """A flat byte view of one streamed chunk (numpy array, any dtype, or bytes-like)."""
+    if isinstance(chunk, np.ndarray):
+        return memoryview(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
+    return memoryview(chunk).cast("B")
 
 
 def _write_runtime_file(tmp: Path, rf: RuntimeFile) -> dict[str, Any]:
@@ -424,12 +506,15 @@ def _jsonable(value: Any) -> Any:
 
 
 def _sha256_size(path: Path) -> tuple[str, int]:
+    """sha256 hex and size of a file, read into one buffer no larger than the file."""
     digest = hashlib.sha256()
     size = 0
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
+    with path.open("rb", buffering=0) as f:
+        buffer = bytearray(max(1, min(_CHUNK, os.fstat(f.fileno()).st_size)))
+        view = memoryview(buffer)
+        while n := f.readinto(buffer):
+            digest.update(view[:n])
+            size += n
     return digest.hexdigest(), size
 
 

@@ -8,7 +8,7 @@ differ in how they find the folder and what they record in :class:`SourceInfo`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
@@ -16,7 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from mobius.checkpoint.safetensors import TensorInfo, read_tensor
+from mobius.checkpoint.safetensors import (
+    TensorInfo,
+    read_tensor_chunks,
+    read_tensor_copy,
+)
 from mobius.errors import CheckpointError
 
 
@@ -33,24 +37,31 @@ class SourceInfo:
     commit: str | None
     """The resolved Hub commit; ``None`` for local folders."""
     files: Mapping[str, str] = field(default_factory=dict)
-    """Relative file name -> sha256 hex of config, tokenizer and weight files."""
+    """Relative file name -> sha256 hex of config, tokenizer and weight files (sorted).
+    Local openers give a :class:`~mobius.checkpoint.local.BackgroundHashes`: reading it
+    waits for the hashing thread."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON form for the manifest."""
+        """Plain JSON form for the manifest; ``files`` stays the (possibly still hashing)
+        mapping, which ``json`` cannot take directly: convert it with ``dict()``, as the
+        package writer does when it writes the manifest, after the tensors."""
         return {
             "source": self.source,
             "kind": self.kind,
             "revision": self.revision,
             "commit": self.commit,
-            "files": dict(sorted(self.files.items())),
+            # The mapping itself, not a dict copy: local checkpoints hash their files in
+            # a background thread (BackgroundHashes), and the package writer turns this
+            # into JSON after the tensors are written, so hashing overlaps the build.
+            "files": self.files,
         }
 
 
 class Checkpoint:
     """Tensors (from safetensors headers) and side files of one checkpoint folder.
 
-    Nothing is read from the weights until :meth:`read` is called, and then only
-    by memory map. A checkpoint may hold zero tensors (a folder with only
+    Nothing is read from the weights until :meth:`read` (a whole tensor) or
+    :meth:`read_chunks` (a range, piece by piece) is called, both by plain file reads. A checkpoint may hold zero tensors (a folder with only
     ``config.json``, for graph-only builds); :meth:`require_weights` turns that
     into an error saying why, for builds that need weights.
     """
@@ -106,8 +117,18 @@ class Checkpoint:
             ) from None
 
     def read(self, name: str) -> np.ndarray:
-        """A read-only memory-mapped view of tensor ``name`` (BF16 as ml_dtypes.bfloat16)."""
-        return read_tensor(self.info(name))
+        """Tensor ``name`` in a fresh array (BF16 as ml_dtypes.bfloat16), by plain file reads.
+
+        Not a memory map: touched pages of a mapping count in the process's resident
+        set for as long as the mapping lives; a fresh array is freed when dropped.
+        :func:`mobius.checkpoint.read_tensor` still gives a memory-mapped view.
+        """
+        return read_tensor_copy(self.info(name))
+
+    def read_chunks(self, name: str, begin: int, end: int, step: int) -> Iterator[np.ndarray]:
+        """Flat elements ``begin:end`` of tensor ``name`` in 1-D chunks of at most ``step``
+        elements, read into one reused buffer (a chunk is valid until the next one)."""
+        return read_tensor_chunks(self.info(name), begin, end, step)
 
     def file(self, relative: str) -> Path | None:
         """Path of a side file such as ``tokenizer.json`` inside the checkpoint, or None.

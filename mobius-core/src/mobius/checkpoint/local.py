@@ -17,6 +17,9 @@ import hashlib
 import json
 import os
 import re
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -48,7 +51,7 @@ CONVERT_FIX = (
     "(https://huggingface.co/spaces/safetensors/convert)"
 )
 
-_CHUNK = 8 * 1024 * 1024
+_CHUNK = 16 * 1024 * 1024
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
@@ -125,16 +128,15 @@ def open_folder(
         if side.is_file():
             confined(side, jail)
             hashed.append(side)
-    files = {
-        p.relative_to(root).as_posix(): file_sha256(p, trust_blob_names=trust_blob_names)
-        for p in hashed
-    }
+    files = BackgroundHashes(
+        {p.relative_to(root).as_posix(): p for p in hashed}, trust_blob_names=trust_blob_names
+    )
     source = SourceInfo(
         source=info.source,
         kind=info.kind,
         revision=info.revision,
         commit=info.commit,
-        files=dict(sorted(files.items())),
+        files=files,
     )
     checkpoint = Checkpoint(
         root,
@@ -150,17 +152,99 @@ def open_folder(
     return checkpoint
 
 
-def file_sha256(path: Path, *, trust_blob_names: bool = False) -> str:
-    """sha256 hex of a file, streamed in 8 MiB chunks."""
+def file_sha256(
+    path: Path, *, trust_blob_names: bool = False, cancel: threading.Event | None = None
+) -> str:
+    """sha256 hex of a file, read in 16 MiB chunks into one reused buffer.
+
+    Both the read and ``hashlib``'s update release the GIL, so this runs well in a
+    background thread (see :class:`BackgroundHashes`); ``cancel`` set stops it
+    between chunks (:class:`_Cancelled`).
+    """
     if trust_blob_names and path.is_symlink():
         target = Path(os.readlink(path)).name
         if _SHA256_HEX.fullmatch(target):
             return target
     digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
+    with path.open("rb", buffering=0) as f:
+        buffer = bytearray(max(1, min(_CHUNK, os.fstat(f.fileno()).st_size)))
+        view = memoryview(buffer)
+        while n := f.readinto(buffer):
+            if cancel is not None and cancel.is_set():
+                raise _Cancelled(path)
+            digest.update(view[:n])
     return digest.hexdigest()
+
+
+class _Cancelled(Exception):
+    """Hashing stopped because nobody will read the result any more."""
+
+
+class BackgroundHashes(Mapping[str, str]):
+    """Relative file name -> sha256 hex, computed in a background thread.
+
+    Why: a checkpoint's weight files are gigabytes; hashing them before the build
+    starts adds a full extra read of the checkpoint to the wall time. The thread
+    starts at once (while the graphs are built and the package is written); reading
+    the mapping (``files[name]``, iteration, ``len``) waits for it to finish and
+    re-raises whatever it raised. Keys are sorted, as the manifest records them.
+    When the mapping is dropped unread (a build that failed early), the thread stops
+    at its next chunk instead of reading gigabytes for nobody.
+    """
+
+    def __init__(self, paths: Mapping[str, Path], *, trust_blob_names: bool = False) -> None:
+        self._paths = dict(sorted(paths.items()))
+        self._hashes: dict[str, str] = {}
+        self._errors: list[BaseException] = []
+        cancel = threading.Event()
+        # The thread holds the paths, results and event, never ``self``: dropping the
+        # mapping finalizes it, which sets the event.
+        self._thread = threading.Thread(
+            target=_hash_files,
+            args=(self._paths, trust_blob_names, self._hashes, self._errors, cancel),
+            name="mobius-source-sha256",
+            daemon=True,
+        )
+        weakref.finalize(self, cancel.set)
+        self._thread.start()
+
+    def _done(self) -> dict[str, str]:
+        self._thread.join()
+        if self._errors:
+            raise self._errors[0]
+        return self._hashes
+
+    def __getitem__(self, name: str) -> str:
+        return self._done()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._done())
+
+    def __len__(self) -> int:
+        return len(self._done())
+
+    def __repr__(self) -> str:
+        state = "hashed" if not self._thread.is_alive() else "hashing"
+        return f"BackgroundHashes({len(self._paths)} files, {state})"
+
+
+def _hash_files(
+    paths: Mapping[str, Path],
+    trust_blob_names: bool,
+    hashes: dict[str, str],
+    errors: list[BaseException],
+    cancel: threading.Event,
+) -> None:
+    """Body of the :class:`BackgroundHashes` thread: fill ``hashes`` or record the error."""
+    try:
+        for name, path in paths.items():
+            if cancel.is_set():
+                return
+            hashes[name] = file_sha256(path, trust_blob_names=trust_blob_names, cancel=cancel)
+    except _Cancelled:
+        return
+    except BaseException as exc:  # re-raised in the reader's thread
+        errors.append(exc)
 
 
 def _real(path: Path, where: Path) -> Path:

@@ -10,10 +10,12 @@ header are relative to the data section.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -305,3 +307,68 @@ def read_tensor(info: TensorInfo) -> np.ndarray:
             fix="the file changed or shrank since its header was read; " + _FIX_DAMAGED,
         ) from exc
     return mapped.reshape(info.shape)
+
+
+def _read_exact(f: io.FileIO, info: TensorInfo, offset: int, buffer: memoryview) -> None:
+    """Fill ``buffer`` from absolute byte ``offset`` of ``info.file`` (an open raw file)."""
+    f.seek(offset)
+    filled = 0
+    while filled < len(buffer):
+        n = f.readinto(buffer[filled:])
+        if not n:
+            raise SafetensorsError(
+                f"file ended at byte {offset + filled} inside the tensor's data "
+                f"(bytes {info.start}..{info.end})",
+                where=f"{info.file}, tensor {info.name!r}",
+                fix="the file changed or shrank since its header was read; " + _FIX_DAMAGED,
+            )
+        filled += n
+
+
+def _open_raw(info: TensorInfo) -> io.FileIO:
+    try:
+        return open(info.file, "rb", buffering=0)  # closed by the callers (with)
+    except OSError as exc:
+        raise SafetensorsError(
+            f"cannot open tensor data: {exc.strerror or exc}",
+            where=f"{info.file}, tensor {info.name!r}",
+            fix="check that the file still exists and is readable",
+        ) from exc
+
+
+def read_tensor_copy(info: TensorInfo) -> np.ndarray:
+    """One tensor read into a fresh, writable array with plain file reads (no memory map).
+
+    Why not :func:`read_tensor`: touched pages of a memory map stay in the process's
+    resident set while the mapping lives; a fresh array is freed as soon as it is dropped
+    and the file's pages stay in the page cache, which the kernel can reclaim.
+    """
+    dtype = NUMPY_DTYPES[info.dtype]
+    out = np.empty(info.shape, dtype=dtype)
+    if out.size:
+        with _open_raw(info) as f:
+            _read_exact(f, info, info.start, memoryview(out.reshape(-1).view(np.uint8)))
+    return out
+
+
+def read_tensor_chunks(info: TensorInfo, begin: int, end: int, step: int) -> Iterator[np.ndarray]:
+    """Flat elements ``begin:end`` of one tensor as 1-D arrays of at most ``step`` elements.
+
+    Read with plain file reads into one buffer reused for every chunk (so memory stays
+    ``step`` elements whatever the tensor's size): each chunk is only valid until the
+    next one is requested. The file is opened on the first chunk and closed when the
+    iteration ends or the iterator is dropped.
+    """
+    count = math.prod(info.shape)
+    if not 0 <= begin <= end <= count or step < 1:
+        raise ValueError(f"bad element range {begin}:{end} (step {step}) of {count} elements")
+    if begin == end:
+        return
+    dtype = NUMPY_DTYPES[info.dtype]
+    buffer = np.empty(min(step, end - begin) * dtype.itemsize, dtype=np.uint8)
+    with _open_raw(info) as f:
+        for pos in range(begin, end, step):
+            nbytes = (min(pos + step, end) - pos) * dtype.itemsize
+            view = buffer[:nbytes]
+            _read_exact(f, info, info.start + pos * dtype.itemsize, memoryview(view))
+            yield view.view(dtype)
