@@ -1,5 +1,11 @@
 """Shared fixtures of the mobius-gemma4 tests.
 
+The harness (mobius-testing's pytest plugin) supplies the levels, ``--levels`` /
+``--families`` selection, ``mobius_build`` / ``mobius_pipeline`` / ``hf_reference``
+and the L4/L5 case files (tests/cases); every test here is marked
+``family("gemma4")``. Packages run only through ``mobius_runtime.Pipeline``
+(reference/run.py).
+
 The L3 parity fixtures make tiny random checkpoints with HF transformers (torch,
 CPU) once per session and cache builds by (model, config shape, dtype, target), so
 the whole L3 suite stays within a few minutes on two cores. torch and
@@ -32,8 +38,23 @@ def parity_ids() -> np.ndarray:
     return rng.integers(3, MAX_PROMPT_ID, size=(1, PREFILL + DECODE), dtype=np.int64)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test of this folder ``family("gemma4")`` (before the harness filters)."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.get_closest_marker("family") is None and here in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.family("gemma4"))
+
+
 class ReferenceCache:
-    """Checkpoints, HF logits and mobius builds, each made once per session."""
+    """Checkpoints, HF logits and mobius builds, each made once per session.
+
+    Builds here (not the harness's ``mobius_build``) because the L3 tests read the
+    ``BuildResult`` (unused tensors, components) and the build log, which the harness
+    cache, returning only the package folder, does not keep; the bundled checkpoint's
+    test uses ``mobius_build``.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -54,6 +54,7 @@ def test_wav_roundtrip(tmp_path) -> None:
 
 
 @pytest.mark.reference
+@pytest.mark.l3
 def test_matches_hf_feature_extractor() -> None:
     pytest.importorskip("transformers")
     from transformers.models.gemma4.feature_extraction_gemma4 import (

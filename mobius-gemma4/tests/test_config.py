@@ -10,6 +10,8 @@ import pytest
 from mobius.errors import ConfigError
 from mobius_gemma4.config import FULL, SLIDING, read_config, read_text_config
 
+pytestmark = pytest.mark.l1  # config reading is the first stage of a build
+
 CONFIGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "configs"
 
 

@@ -21,6 +21,8 @@ from mobius_gemma4.audio.config import read_audio_config
 from mobius_gemma4.config import FULL, SLIDING, read_config, read_text_config
 from mobius_gemma4.vision.config import read_vision_config
 
+pytestmark = pytest.mark.l1  # config reading is the first stage of a build
+
 CONFIGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "configs"
 TINY = json.loads((CONFIGS / "tiny-hubstyle.json").read_text())
 

@@ -17,6 +17,8 @@ from mobius_gemma4.contract import pipeline_contract, text_components
 
 ort = pytest.importorskip("onnxruntime")
 
+pytestmark = pytest.mark.l1
+
 TEXT = {
     "model_type": "gemma4_text",
     "vocab_size": 128,

@@ -24,6 +24,8 @@ from mobius_gemma4.build import build_component
 from mobius_gemma4.config import read_config
 from mobius_gemma4.plugin import mobius_read_config
 
+pytestmark = pytest.mark.l2
+
 CONFIGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "configs"
 EXPECTED = json.loads((Path(__file__).parent / "data" / "l2_expected.json").read_text())
 

@@ -1,16 +1,20 @@
 """L3 multimodal parity: ``gemma4`` packages with encoders on ORT CPU vs HF 5.24 in f32.
 
-The package runs through :class:`mobius_runtime.Pipeline` (its executor, so prefill and
-cached decode steps go through the contract: presence-gated encoders on the prompt step,
-``[0, H]`` zero features on decode steps). The reference is one HF
+The package runs through :class:`mobius_runtime.Pipeline` (``Pipeline.step``, the runtime's
+own executor, driven by reference/run.py: presence-gated encoders on the prompt step,
+``[0, H]`` zero features on the 8 cached decode steps). The reference is one HF
 ``Gemma4ForConditionalGeneration`` no-cache forward over prompt + decoded tokens with the
 same pixel / audio inputs (and ``mm_token_type_ids``, which HF needs for the ``"vision"``
 mask). Fixtures (reference/specs.py): ``dense-mm`` (PLE, KV sharing, vision with clipped
 linears that bite + standardize, audio) and ``bidir-mm`` (k_eq_v, vision without
-standardize, ``use_bidirectional_attention = "vision"``, no audio tower).
+standardize, ``use_bidirectional_attention = "vision"``, no audio tower), ``bidir-moe-mm``
+(MoE + k_eq_v text with the ``"vision"`` mask, 26B-A4B-like) and ``mm-a8`` (an 8-head audio
+tower).
 
-Bars: logits max|Δ| ≤ 1e-4 (aim 1e-5) with 100 % top-1, encoder features ≤ 1e-5.
-Figures are printed (run with ``-s``).
+Bars: logits max|Δ| ≤ 1e-4 (aim 1e-5) with 100 % top-1, encoder features ≤ 1e-5. f16 and
+bf16 (emulated on CPU, see reference/run.py) builds of ``dense-mm`` run an image and an
+audio prompt (vision pooler, audio Compress) and are held to the tie-aware top-1 bars of the
+text tests (reference/metrics.py). Figures are printed (run with ``-s``).
 """
 
 from __future__ import annotations
@@ -22,13 +26,15 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
+from reference.metrics import TIE, top1
+from reference.run import is_bf16, load_pipeline, step_logits
 from reference.specs import MAX_PROMPT_ID, MM_TOKEN_IDS
 
 pytestmark = [pytest.mark.reference, pytest.mark.l3]
 
 LOGITS_ATOL = 1e-4
 FEATURES_ATOL = 1e-5
-DECODE_STEPS = 4
+DECODE_STEPS = 8
 IMG, BOI, EOI = (
     MM_TOKEN_IDS["image_token_id"],
     MM_TOKEN_IDS["boi_token_id"],
@@ -108,22 +114,6 @@ def _hf_logits(model, ids: np.ndarray, **media) -> np.ndarray:
     return out.logits.float().numpy()
 
 
-def _mobius_logits(pipeline, ids: np.ndarray, prompt_len: int, media: dict):
-    """Prefill ``ids[:, :prompt_len]`` with the media, then cached single-token steps."""
-    from mobius_runtime.feeds import to_numpy
-
-    ex = pipeline.executor
-    values = ex.step({"input_ids": ids[:, :prompt_len], **media}, None, 0)
-    outs = {k: to_numpy(v) for k, v in values.items()}
-    chunks = [outs["decoder.logits"]]
-    state = ex.next_state(values)
-    for s in range(prompt_len, ids.shape[1]):
-        values = ex.step({"input_ids": ids[:, s : s + 1]}, state, s)
-        chunks.append(to_numpy(values["decoder.logits"]))
-        state = ex.next_state(values)
-    return np.concatenate(chunks, axis=1).astype(np.float32), outs
-
-
 def _report(label: str, ref: np.ndarray, got: np.ndarray, prompt_len: int) -> float:
     delta = np.abs(ref - got)
     top1 = float((ref.argmax(-1) == got.argmax(-1)).mean())
@@ -137,17 +127,17 @@ def _report(label: str, ref: np.ndarray, got: np.ndarray, prompt_len: int) -> fl
 
 
 class _Case:
-    """One fixture's checkpoint, HF model and loaded package (made once per module)."""
+    """One fixture's checkpoint, HF f32 model and loaded package (made once per module)."""
 
-    def __init__(self, cache, name: str) -> None:
+    def __init__(self, cache, name: str, dtype: str = "f32", hf=None) -> None:
         from reference.hf_runner import load_model
 
-        from mobius_runtime import Pipeline
-
+        self.name = name
+        self.dtype = dtype
         self.pair = cache.checkpoint(name)
-        self.build = cache.build(name)
-        self.hf = load_model(self.pair.saved, "gemma4")
-        self.pipeline = Pipeline.load(self.build.out, device="cpu", threads=1)
+        self.build = cache.build(name, dtype=dtype)
+        self.hf = hf if hf is not None else load_model(self.pair.saved, "gemma4")
+        self.pipeline = load_pipeline(self.build.out)
 
 
 @pytest.fixture(scope="module")
@@ -160,21 +150,37 @@ def bidir(reference_cache):
     return _Case(reference_cache, "bidir-mm")
 
 
-def _image_case(case, images, rows, length, seed, label):
+@pytest.fixture(scope="module")
+def bidir_moe(reference_cache):
+    return _Case(reference_cache, "bidir-moe-mm")
+
+
+@pytest.fixture(scope="module")
+def audio8(reference_cache):
+    return _Case(reference_cache, "mm-a8")
+
+
+def _image_inputs(images, rows, length, seed):
+    """(pixel batch, prompt ids, prompt + decode ids, package media, HF media)."""
     import torch
 
     batch = _pixels(images)
     assert list(batch.num_soft_tokens) == [b[2] for r in rows for b in r]
     prompt = _prompt(rows, length, seed)
-    ids = _with_decode(prompt, seed + 1)
-    ref = _hf_logits(
-        case.hf,
-        ids,
-        pixel_values=torch.from_numpy(batch.pixel_values),
-        image_position_ids=torch.from_numpy(batch.pixel_position_ids),
-    )
     media = {"pixel_values": batch.pixel_values, "pixel_position_ids": batch.pixel_position_ids}
-    got, outs = _mobius_logits(case.pipeline, ids, prompt.shape[1], media)
+    hf_media = {
+        "pixel_values": torch.from_numpy(batch.pixel_values),
+        "image_position_ids": torch.from_numpy(batch.pixel_position_ids),
+    }
+    return batch, prompt, _with_decode(prompt, seed + 1), media, hf_media
+
+
+def _image_case(case, images, rows, length, seed, label):
+    import torch
+
+    batch, prompt, ids, media, hf_media = _image_inputs(images, rows, length, seed)
+    ref = _hf_logits(case.hf, ids, **hf_media)
+    got, outs = step_logits(case.pipeline, ids, prompt.shape[1], media)
     with torch.no_grad():
         feats = case.hf.model.get_image_features(
             torch.from_numpy(batch.pixel_values),
@@ -220,7 +226,8 @@ def test_two_images_in_one_prompt(dense):
     )
 
 
-def _audio_case(case, clips, length, seed, label):
+def _audio_inputs(clips, length, seed):
+    """(feature batch, prompt ids, prompt + decode ids, package media, HF media)."""
     import torch
 
     from mobius_gemma4.audio import Gemma4AudioFeatureExtractor
@@ -228,18 +235,23 @@ def _audio_case(case, clips, length, seed, label):
     batch = Gemma4AudioFeatureExtractor()(clips)
     rows = [[(BOA, AUD, n, EOA)] for n in batch.num_soft_tokens]
     prompt = _prompt(rows, length, seed)
-    ids = _with_decode(prompt, seed + 1)
-    ref = _hf_logits(
-        case.hf,
-        ids,
-        input_features=torch.from_numpy(batch.input_features),
-        input_features_mask=torch.from_numpy(batch.input_features_mask),
-    )
     media = {
         "input_features": batch.input_features,
         "input_features_mask": batch.input_features_mask,
     }
-    got, outs = _mobius_logits(case.pipeline, ids, prompt.shape[1], media)
+    hf_media = {
+        "input_features": torch.from_numpy(batch.input_features),
+        "input_features_mask": torch.from_numpy(batch.input_features_mask),
+    }
+    return batch, prompt, _with_decode(prompt, seed + 1), media, hf_media
+
+
+def _audio_case(case, clips, length, seed, label):
+    import torch
+
+    batch, prompt, ids, media, hf_media = _audio_inputs(clips, length, seed)
+    ref = _hf_logits(case.hf, ids, **hf_media)
+    got, outs = step_logits(case.pipeline, ids, prompt.shape[1], media)
     with torch.no_grad():
         enc = case.hf.model.get_audio_features(
             torch.from_numpy(batch.input_features),
@@ -279,7 +291,7 @@ def test_text_only_prompt_skips_encoders(dense):
     """No media: the encoders do not run, the features are ``[0, H]`` zeros, logits match."""
     ids = _with_decode(_prompt([[]], 20, 60), 61)
     ref = _hf_logits(dense.hf, ids)
-    got, outs = _mobius_logits(dense.pipeline, ids, 20, {})
+    got, outs = step_logits(dense.pipeline, ids, 20)
     assert not any(k.startswith(("vision_encoder.", "audio_encoder.")) for k in outs)
     assert _report("dense-mm text only", ref, got, 20) <= LOGITS_ATOL
 
@@ -340,3 +352,101 @@ def test_package_reads_every_tower_tensor(dense, bidir):
             assert (case.build.out / name).is_file()
     assert "audio_encoder" not in bidir.build.components
     assert not (bidir.build.out / "audio_processor.json").exists()
+
+
+def test_bidirectional_vision_moe_image_prompt(bidir_moe):
+    """26B-A4B-like: MoE + k_eq_v text with the ``"vision"`` mask, clipped + standardized
+    vision; a 12-token image block (longer than the window) in a 24-token prompt."""
+    assert bidir_moe.build.unused == ()
+    assert "audio_encoder" not in bidir_moe.build.components
+    _image_case(
+        bidir_moe,
+        [_image(144, 192, 11)],
+        [[(BOI, IMG, 12, EOI)]],
+        24,
+        90,
+        "bidir-moe-mm image",
+    )
+
+
+def test_audio_with_eight_heads(audio8):
+    """An 8-head audio tower (head dim 4) through the whole pipeline: 1.2 s → 30 tokens."""
+    assert audio8.build.unused == ()
+    clip = (0.1 * np.random.default_rng(12).standard_normal(19_200)).astype(np.float32)
+    batch = _audio_case(audio8, [clip], 44, 100, "mm-a8 audio 1.2 s, 8 heads")
+    assert batch.num_soft_tokens == (30,)
+
+
+_HF_BF16: dict[str, object] = {}
+
+
+def _hf_bf16(case):
+    """HF transformers' own bf16 model of the case (torch CPU), made once."""
+    import torch
+    from reference.hf_runner import load_model
+
+    if case.name not in _HF_BF16:
+        _HF_BF16[case.name] = load_model(case.pair.saved, "gemma4").to(torch.bfloat16)
+    return _HF_BF16[case.name]
+
+
+def _bf16_media(hf_media: dict) -> dict:
+    import torch
+
+    return {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in hf_media.items()}
+
+
+@pytest.mark.parametrize("dtype", ["f16", pytest.param("bf16", id="bf16-emulated-on-cpu")], ids=str)
+def test_half_precision_media_paths(reference_cache, dense, dtype):
+    """f16 / bf16 builds of dense-mm through the vision pooler and the audio Compress.
+
+    Each prompt (an image, a 1.2 s clip) runs prefill + 8 decode steps; logits are
+    compared with HF f32 by tie-aware top-1 (reference/metrics.py), as the text tests do:
+    f16 ≥ 99 %; bf16 ≥ 99 % where HF's own bf16 forward reaches it, else what that
+    reaches (itself ≥ 90 %) less one position — on 32 positions HF's own figure is one
+    draw of which near-ties bf16 flips — and max|Δ| ≤ 2x HF's own bf16 max|Δ|, as the
+    text tests. Encoder features: max|Δ| / max|ref| vs the f32 package printed, < 0.1.
+    """
+    case = _Case(reference_cache, "dense-mm", dtype=dtype, hf=dense.hf)
+    emulated = is_bf16(case.build.out)
+    assert emulated == (dtype == "bf16")
+    label = "bf16 (emulated on CPU)" if emulated else dtype
+    clip = (0.1 * np.random.default_rng(5).standard_normal(19_200)).astype(np.float32)
+    prompts = {
+        "image": (
+            _image_inputs([_image(144, 192, 0)], [[(BOI, IMG, 12, EOI)]], 24, 10),
+            "vision_encoder.image_features",
+        ),
+        "audio": (_audio_inputs([clip], 44, 40), "audio_encoder.audio_features"),
+    }
+    for kind, ((_, prompt, ids, media, hf_media), port) in prompts.items():
+        ref = _hf_logits(dense.hf, ids, **hf_media)
+        want = dense.pipeline.step(input_ids=prompt, **media)[0][port]  # f32 = HF to 1e-5
+        got, outs = step_logits(case.pipeline, ids, prompt.shape[1], media)
+        assert np.isfinite(got).all(), f"{kind} {label}: non-finite logits"
+        feats = outs[port].astype(np.float32)
+        assert feats.shape == want.shape, f"{kind} {label}: {port} {feats.shape}"
+        rel = float(np.abs(feats - want).max() / np.abs(want).max())
+        strict, aware = top1(ref, got, TIE[dtype])
+        delta = float(np.abs(ref - got).max())
+        print(
+            f"\n[L3-mm] dense-mm {kind} {label}: {port} max|Δ|/max|ref| {rel:.3e}; logits "
+            f"max|Δ| {delta:.3e}, top-1 {strict:.1%} (tie-aware {aware:.1%}) over "
+            f"{prompt.shape[1]}+{DECODE_STEPS} positions"
+        )
+        assert rel < 0.1, f"{kind} {label}: {port} relative error {rel:.3e}"
+        bar = 0.99
+        if dtype == "bf16":
+            floor = _hf_logits(_hf_bf16(dense), ids, **_bf16_media(hf_media))
+            _, hf_aware = top1(ref, floor, TIE["bf16"])
+            hf_delta = float(np.abs(ref - floor).max())
+            print(
+                f"[L3-mm] dense-mm {kind} HF transformers bf16 (torch CPU): max|Δ| "
+                f"{hf_delta:.3e}, tie-aware top-1 {hf_aware:.1%}"
+            )
+            assert hf_aware >= 0.90, f"{kind}: HF's own bf16 reaches only {hf_aware:.1%}"
+            assert delta <= 2 * hf_delta, f"{kind} {label}: max|Δ| > 2x HF's own bf16"
+            bar = min(0.99, hf_aware - 1 / got[..., 0].size)
+        assert aware >= bar, (
+            f"{kind} {label}: top-1 {strict:.1%}, tie-aware {aware:.1%} < {bar:.1%}"
+        )

@@ -1,8 +1,9 @@
 """L3 synthetic parity of Gemma 4 text: mobius packages on ORT CPU vs HF transformers.
 
 Each tiny random checkpoint (reference/specs.py) is built with ``mobius.build``
-and run through its pipeline contract (ort_loop.py): a 24-token prefill (three
-sliding windows) and 16 cached single-token decode steps. The reference is one
+and run by ``mobius_runtime.Pipeline`` (reference/run.py drives ``Pipeline.step``,
+the runtime's own contract executor): a 24-token prefill (three sliding windows)
+and 16 cached single-token decode steps. The reference is one
 HF no-cache float32 forward over all 40 tokens (causal, so position t equals
 what a cache-based run sees at step t; test_hf_cache_equals_full_forward pins
 that equivalence on the HF side).
@@ -14,9 +15,10 @@ pick is within that margin of the reference maximum — a random tiny model has
 near-ties a half-precision build cannot resolve, and those say nothing about the
 graph. Figures are printed (run with ``-s``) for the report.
 
-bf16 has no onnxruntime CPU kernels: ContractRunner runs bf16 packages through
-``mobius_testing.bf16_emulation`` (f32 arithmetic, bf16 rounding after every op
-that stores bf16), and the figures are labelled "bf16 (emulated on CPU)".
+bf16 has no onnxruntime CPU kernels: bf16 packages are loaded with the Pipeline's
+``graph_transform`` hook set to ``mobius_testing.bf16_emulation.emulate_bf16`` (f32
+arithmetic, bf16 rounding after every op that stores bf16), and the figures are
+labelled "bf16 (emulated on CPU)".
 """
 
 from __future__ import annotations
@@ -29,18 +31,17 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
-from ort_loop import ContractRunner
+from reference.metrics import TIE, top1
+from reference.run import is_bf16, load_pipeline, step_logits
 
 pytestmark = [pytest.mark.reference, pytest.mark.l3]
 
 TEXT_SPECS = ["dense-text", "dense-mm", "keqv-text", "moe-text"]
 F32_ATOL = 1e-4
-TIE = {"f16": 0.02, "bf16": 0.1}
-"""Reference margin below which a differing half-precision top-1 is a tie, not a miss."""
 
 
 def _run(package, ids: np.ndarray) -> np.ndarray:
-    return ContractRunner(package).run(ids, PREFILL)
+    return step_logits(load_pipeline(package), ids, PREFILL)[0]
 
 
 def _attention_ops(package) -> dict[str, int]:
@@ -71,20 +72,9 @@ def _check_attention_ops(package, name: str, target: str) -> None:
     assert got == expect, f"{name} target={target}: attention ops {got}, expected {expect}"
 
 
-def _top1(ref: np.ndarray, got: np.ndarray, tie: float = 0.0) -> tuple[float, float]:
-    """(strict top-1 agreement, tie-aware agreement) over all positions."""
-    r = ref.reshape(-1, ref.shape[-1])
-    g = got.reshape(-1, got.shape[-1])
-    ra, ga = r.argmax(-1), g.argmax(-1)
-    strict = ra == ga
-    picked = r[np.arange(len(ga)), ga]
-    tied = picked >= r.max(-1) - tie
-    return float(strict.mean()), float((strict | tied).mean())
-
-
 def _report(label: str, ref: np.ndarray, got: np.ndarray, tie: float = 0.0) -> tuple:
     delta = np.abs(ref - got)
-    strict, aware = _top1(ref, got, tie)
+    strict, aware = top1(ref, got, tie)
     pre = float(delta[:, :PREFILL].max())
     dec = float(delta[:, PREFILL:].max())
     print(
@@ -158,10 +148,13 @@ def test_half_precision_top1(reference_cache, parity_ids, name, dtype, target):
     ref = reference_cache.hf_logits(name, parity_ids)
     package = reference_cache.build(name, dtype=dtype, target=target).out
     _check_attention_ops(package, name, target)
-    runner = ContractRunner(package)
-    assert runner.bf16_emulated == (dtype == "bf16"), "only bf16 packages are emulated"
-    got = runner.run(parity_ids, PREFILL)
-    label = "bf16 (emulated on CPU)" if runner.bf16_emulated else dtype
+    emulated = is_bf16(package)
+    assert emulated == (dtype == "bf16"), "only bf16 packages are emulated"
+    pipeline = load_pipeline(package)
+    fed = {a.type for n in pipeline.plan.order for a in pipeline.session(n).get_inputs()}
+    assert ("tensor(bfloat16)" in fed) is False, f"{name}: bf16 reached an ORT CPU session"
+    got, _ = step_logits(pipeline, parity_ids, PREFILL)
+    label = "bf16 (emulated on CPU)" if emulated else dtype
     assert np.isfinite(got).all(), f"{name} {label}: non-finite logits"
     delta, strict, aware = _report(f"{name} {label} target={target}", ref, got, TIE[dtype])
     bar = 0.99

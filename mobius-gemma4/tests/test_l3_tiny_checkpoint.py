@@ -19,6 +19,7 @@ def _json(name: str) -> dict:
     return json.loads((TINY / name).read_text(encoding="utf-8"))
 
 
+@pytest.mark.l1
 def test_bundled_checkpoint_is_small_and_complete():
     names = {p.name for p in TINY.iterdir()}
     need = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"}
@@ -26,6 +27,7 @@ def test_bundled_checkpoint_is_small_and_complete():
     assert sum(p.stat().st_size for p in TINY.iterdir()) <= 3 * 1024 * 1024
 
 
+@pytest.mark.l1
 def test_bundled_tokenizer_matches_config():
     """Vocab size and special-token ids agree across tokenizer and the three configs."""
     tokenizers = pytest.importorskip("tokenizers")
@@ -45,22 +47,22 @@ def test_bundled_tokenizer_matches_config():
     assert tok.decode(tok.encode("It was the best of times.").ids) == "It was the best of times."
 
 
-@pytest.mark.reference
 @pytest.mark.l3
-def test_bundled_checkpoint_builds_and_matches_hf(tmp_path):
-    """f32 package of the bundled checkpoint vs HF over a 32-token prefill + 8 decode steps."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("onnxruntime")
-    from ort_loop import ContractRunner
-    from reference.hf_runner import hf_logits, load_model
+@pytest.mark.reference
+def test_bundled_checkpoint_builds_and_matches_hf(mobius_build, hf_reference):
+    """f32 package of the bundled checkpoint vs HF over a 32-token prefill + 8 decode steps.
 
-    import mobius
+    Built by the harness (``mobius_build``, cached per session, shared with the tiny L4/L5
+    cases), the HF model from ``hf_reference``; the package runs through
+    ``mobius_runtime.Pipeline.step`` (reference/run.py).
+    """
+    pytest.importorskip("onnxruntime")
+    from reference.hf_runner import hf_logits
+    from reference.run import load_pipeline, step_logits
 
     ids = np.random.default_rng(7).integers(7, 512, size=(1, 40), dtype=np.int64)
-    ref = hf_logits(load_model(TINY, "gemma4_text"), ids)
-    package = mobius.build(str(TINY), str(tmp_path / "pkg"), dtype="f32").out
-    got = ContractRunner(package).run(ids, 32)
+    ref = hf_logits(hf_reference(TINY).model, ids)
+    got, _ = step_logits(load_pipeline(mobius_build(TINY, dtype="f32")), ids, 32)
     delta = float(np.abs(ref - got).max())
     print(f"\n[L3] testdata/tiny-gemma4 f32: max|Δ| {delta:.3e}")
     assert delta <= 1e-4

@@ -3,10 +3,10 @@
 A tiny seeded ``Gemma4UnifiedForConditionalGeneration`` (reference/unified.py: k_eq_v text,
 sliding window 8, ``"vision"`` image-block mask, 48-px patch embedder, 640-sample audio
 embedder, every constant-initialised tensor perturbed) is written with ``save_pretrained``,
-built with ``mobius.build`` (f32) and run through :class:`mobius_runtime.Pipeline`'s
-executor: the prompt step with the media (presence-gated encoders), then cached single-token
-decode steps (``[0, H]`` zero features). The reference is one HF no-cache forward over
-prompt + decoded tokens with the same media and ``mm_token_type_ids``.
+built with ``mobius.build`` (f32) and run through ``mobius_runtime.Pipeline.step`` (the
+runtime's executor): the prompt step with the media (presence-gated encoders), then cached
+single-token decode steps (``[0, H]`` zero features). The reference is one HF no-cache
+forward over prompt + decoded tokens with the same media and ``mm_token_type_ids``.
 
 Bars: logits max|Δ| ≤ 1e-4 (aim 1e-5) with 100 % top-1; encoder features ≤ 1e-5.
 Figures are printed (run with ``-s``).
@@ -21,6 +21,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
+from reference.run import step_logits
 from reference.specs import MAX_PROMPT_ID, MM_TOKEN_IDS
 
 pytestmark = [pytest.mark.reference, pytest.mark.l3]
@@ -108,22 +109,6 @@ def _hf_logits(model, ids: np.ndarray, *, token_types: bool = True, **media) -> 
     return out.logits.float().numpy()
 
 
-def _mobius_logits(pipeline, ids: np.ndarray, prompt_len: int, media: dict):
-    """Prefill ``ids[:, :prompt_len]`` with the media, then cached single-token steps."""
-    from mobius_runtime.feeds import to_numpy
-
-    ex = pipeline.executor
-    values = ex.step({"input_ids": ids[:, :prompt_len], **media}, None, 0)
-    outs = {k: to_numpy(v) for k, v in values.items()}
-    chunks = [outs["decoder.logits"]]
-    state = ex.next_state(values)
-    for s in range(prompt_len, ids.shape[1]):
-        values = ex.step({"input_ids": ids[:, s : s + 1]}, state, s)
-        chunks.append(to_numpy(values["decoder.logits"]))
-        state = ex.next_state(values)
-    return np.concatenate(chunks, axis=1).astype(np.float32), outs
-
-
 def _report(label: str, ref: np.ndarray, got: np.ndarray, prompt_len: int) -> float:
     delta = np.abs(ref - got)
     top1 = float((ref.argmax(-1) == got.argmax(-1)).mean())
@@ -153,7 +138,7 @@ def _image_case(case, images, rows, length, seed, label):
     pv, pos = torch.from_numpy(batch.pixel_values), torch.from_numpy(batch.pixel_position_ids)
     ref = _hf_logits(case.hf, ids, pixel_values=pv, image_position_ids=pos)
     media = {"pixel_values": batch.pixel_values, "pixel_position_ids": batch.pixel_position_ids}
-    got, outs = _mobius_logits(case.pipeline, ids, prompt.shape[1], media)
+    got, outs = step_logits(case.pipeline, ids, prompt.shape[1], media)
     with torch.no_grad():
         feats = case.hf.model.get_image_features(pv, pos, return_dict=True).pooler_output
     ref_feats = torch.cat(list(feats), dim=0).numpy()
@@ -167,7 +152,7 @@ def test_text_only_prompt(unified):
     """No media: encoders skipped, ``[0, H]`` features, logits match HF."""
     ids = _with_decode(_prompt([[]], 20, 1), 2)
     ref = _hf_logits(unified.hf, ids)
-    got, outs = _mobius_logits(unified.pipeline, ids, 20, {})
+    got, outs = step_logits(unified.pipeline, ids, 20, {})
     assert not any(k.startswith(("vision_encoder.", "audio_encoder.")) for k in outs)
     assert _report("text only", ref, got, 20) <= LOGITS_ATOL
 
@@ -229,7 +214,7 @@ def test_audio_prompts_right_padded(unified):
         "input_features": batch.input_features,
         "input_features_mask": batch.input_features_mask,
     }
-    got, outs = _mobius_logits(unified.pipeline, ids, prompt.shape[1], media)
+    got, outs = step_logits(unified.pipeline, ids, prompt.shape[1], media)
     with torch.no_grad():
         enc = unified.hf.model.get_audio_features(x, m, return_dict=True)
     ref_feats = enc.pooler_output[enc.attention_mask].numpy()
@@ -262,7 +247,7 @@ def test_image_and_audio_in_one_prompt(unified):
         "input_features": audio.input_features,
         "input_features_mask": audio.input_features_mask,
     }
-    got, _ = _mobius_logits(unified.pipeline, ids, prompt.shape[1], media)
+    got, _ = step_logits(unified.pipeline, ids, prompt.shape[1], media)
     assert _report("image + audio", ref, got, prompt.shape[1]) <= LOGITS_ATOL
 
 

@@ -51,6 +51,7 @@ def _image(h: int, w: int, seed: int) -> np.ndarray:
 
 
 @pytest.mark.reference
+@pytest.mark.l3
 @pytest.mark.parametrize("max_soft_tokens", [70, 280])
 def test_matches_hf_pil_backend_exactly(max_soft_tokens: int) -> None:
     pytest.importorskip("torch")
@@ -70,6 +71,7 @@ def test_matches_hf_pil_backend_exactly(max_soft_tokens: int) -> None:
 
 
 @pytest.mark.reference
+@pytest.mark.l3
 def test_matches_hf_default_backend_within_tolerance() -> None:
     """HF's default (torchvision) backend resizes in float with its own antialias kernel.
 

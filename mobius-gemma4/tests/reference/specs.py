@@ -116,6 +116,7 @@ class TextSpec:
     exercises: str = ""
     audio_tower: bool = True  # with towers: False leaves audio_config null (26B/31B-like)
     vision_overrides: dict[str, Any] = field(default_factory=dict)
+    audio_overrides: dict[str, Any] = field(default_factory=dict)
 
     def text_config(self) -> dict[str, Any]:
         """The hub-style text config (a fresh copy)."""
@@ -136,6 +137,15 @@ _KEQV = {
     "use_double_wide_mlp": False,
     "attention_k_eq_v": True,
     "num_global_key_value_heads": 1,
+}
+
+_MOE = {
+    **_KEQV,
+    "hidden_size_per_layer_input": 0,
+    "enable_moe_block": True,
+    "num_experts": 4,
+    "top_k_experts": 2,
+    "moe_intermediate_size": 24,
 }
 
 SPECS: dict[str, TextSpec] = {
@@ -170,15 +180,24 @@ SPECS: dict[str, TextSpec] = {
         TextSpec(
             "moe-text",
             "gemma4_text",
-            overrides={
-                **_KEQV,
-                "hidden_size_per_layer_input": 0,
-                "enable_moe_block": True,
-                "num_experts": 4,
-                "top_k_experts": 2,
-                "moe_intermediate_size": 24,
-            },
+            overrides=_MOE,
             exercises="MoE 4 experts top-2, moe_intermediate 24 ≠ intermediate 128, k_eq_v, no PLE",
+        ),
+        TextSpec(
+            "bidir-moe-mm",
+            "gemma4",
+            overrides={**_MOE, "use_bidirectional_attention": "vision"},
+            towers=True,
+            audio_tower=False,
+            exercises="26B-A4B-like: MoE + k_eq_v text, vision (clipped, standardize), "
+            "'vision' image-block mask, no audio",
+        ),
+        TextSpec(
+            "mm-a8",
+            "gemma4",
+            towers=True,
+            audio_overrides={"num_attention_heads": 8},
+            exercises="dense-mm with an 8-head audio tower (head dim 4)",
         ),
     )
 }
@@ -196,7 +215,11 @@ def hub_style_config(spec: TextSpec) -> dict[str, Any]:
         "vision_config": (
             {**copy.deepcopy(VISION_CONFIG), **spec.vision_overrides} if spec.towers else None
         ),
-        "audio_config": (copy.deepcopy(AUDIO_CONFIG) if spec.towers and spec.audio_tower else None),
+        "audio_config": (
+            {**copy.deepcopy(AUDIO_CONFIG), **spec.audio_overrides}
+            if spec.towers and spec.audio_tower
+            else None
+        ),
         "tie_word_embeddings": True,
         "initializer_range": 0.05,
         **MM_TOKEN_IDS,

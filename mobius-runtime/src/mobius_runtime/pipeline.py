@@ -62,6 +62,20 @@ class GenerationResult:
         }
 
 
+@dataclass
+class StepState:
+    """What one :meth:`Pipeline.step` hands to the next: the request's KV state.
+
+    ``values`` are the state OrtValues keyed by consumer port (never copied to
+    numpy), ``past`` the number of positions already in the cache, ``capacity``
+    the shared-buffer length the request was started with (None: concat KV path).
+    """
+
+    values: dict[str, Any]
+    past: int
+    capacity: int | None = None
+
+
 class Pipeline:
     """A model package loaded into onnxruntime sessions. Build with :meth:`load`."""
 
@@ -75,6 +89,8 @@ class Pipeline:
         threads: int | None,
         host: Any | None = None,
         kv_share: bool = True,
+        graph_transform: Callable[[Any], Any] | None = None,
+        optimize: bool = True,
     ) -> None:
         self.root = root
         self.manifest = manifest
@@ -88,6 +104,8 @@ class Pipeline:
         self.text = TextSide(root, manifest, host)
         self.context_length = context_length(root, manifest)
         self.kv_share = kv_share
+        self._transform = graph_transform
+        self._optimize = optimize
         self.executor = Executor(
             self.plan, self.session, device, self._share_plan if kv_share else None
         )
@@ -103,6 +121,8 @@ class Pipeline:
         *,
         host: Any | None = None,
         kv_share: bool = True,
+        graph_transform: Callable[[Any], Any] | None = None,
+        optimize: bool = True,
     ) -> Pipeline:
         """Read, verify and open a package.
 
@@ -112,6 +132,16 @@ class Pipeline:
         :class:`mobius.plugins.PluginHost` for the family's processors
         (default: the installed plugins). ``kv_share=False`` forces the concat
         KV path even where the graph allows shared buffers (for comparisons).
+
+        Test / diagnostic hooks (production loads leave them alone):
+        ``graph_transform(onnx.ModelProto) -> onnx.ModelProto`` rewrites each
+        component's graph (weights loaded) before its session is created, e.g.
+        ``mobius_testing.bf16_emulation.emulate_bf16`` to measure a bf16 package
+        on CPU. Ports are checked against the contract on the *untransformed*
+        graph; feeds follow the transformed session's input types (an emulated
+        bf16 graph takes float32). ``optimize=False`` opens every session with
+        onnxruntime's graph optimizations off (ORT_DISABLE_ALL), which such an
+        emulation needs so that no fusion swallows its rounding.
         """
         from mobius.package import read_package
         from mobius_runtime.device import resolve_device
@@ -128,6 +158,8 @@ class Pipeline:
             threads,
             host,
             kv_share,
+            graph_transform,
+            optimize,
         )
         for name in pipeline.plan.order:
             if pipeline.plan.presence[name] is None:
@@ -144,10 +176,32 @@ class Pipeline:
             with self._open_lock:  # two threads never open the same component twice
                 session = self._sessions.get(component)
                 if session is None:
-                    session = open_session(self._paths[component], self.device, self.threads)
-                    check_ports(session, self.contract.component(component))
+                    if self._transform is None and self._optimize:
+                        session = open_session(self._paths[component], self.device, self.threads)
+                        check_ports(session, self.contract.component(component))
+                    else:
+                        session = self._open_rewritten(component)
                     self._sessions[component] = session
         return session
+
+    def _open_rewritten(self, component: str) -> Any:
+        """A session over ``graph_transform`` of the component's graph, optimizations as asked."""
+        import onnx
+        import onnxruntime as ort
+
+        from mobius_runtime.device import providers_for
+        from mobius_runtime.sessions import check_ports, session_options
+
+        model = onnx.load(str(self._paths[component]))  # external weights loaded too
+        check_ports(_GraphPorts(model.graph), self.contract.component(component))
+        if self._transform is not None:
+            model = self._transform(model)
+        options = session_options(self.threads)
+        if not self._optimize:
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        return ort.InferenceSession(
+            model.SerializeToString(), sess_options=options, providers=providers_for(self.device)
+        )
 
     def _share_plan(self, component: str) -> Any:
         from mobius_runtime.kvshare import share_plan
@@ -181,6 +235,31 @@ class Pipeline:
         if self.plan.logits is not None:
             out["logits"] = out[self.plan.logits]
         return out
+
+    def step(
+        self, state: StepState | None = None, *, capacity: int | None = None, **inputs: Any
+    ) -> tuple[dict[str, np.ndarray], StepState]:
+        """One step of a request the caller drives: a prefill (``state=None``) or the next one.
+
+        ``inputs`` are caller inputs by name, as for :meth:`forward` (the media only
+        on the prompt step; later steps give ``input_ids`` of the new tokens). Returns
+        the step's outputs as numpy (``"logits"`` and every ``component.port`` except
+        KV state) and the :class:`StepState` to pass to the next step. ``capacity``
+        (prompt + every token to come) on the first step selects shared KV buffers
+        where the graph allows them; the request keeps that mode. This is what
+        :meth:`generate` does internally, for callers that pick tokens themselves or
+        compare every step's logits (parity tests).
+        """
+        past = 0 if state is None else state.past
+        if state is not None:
+            capacity = state.capacity
+        values = self.executor.step(inputs, None if state is None else state.values, past, capacity)
+        produced = set(self.plan.states.values())
+        out = {k: to_numpy(v) for k, v in values.items() if k not in produced}
+        if self.plan.logits is not None:
+            out["logits"] = out[self.plan.logits]
+        seq = int(np.shape(inputs["input_ids"])[1]) if "input_ids" in inputs else 0
+        return out, StepState(self.executor.next_state(values), past + seq, capacity)
 
     # ------------------------------------------------------------------ generate
 
@@ -293,6 +372,31 @@ class Pipeline:
             decode_ms=decode_ms,
             stop_reason=reason,
         )
+
+
+class _GraphPorts:
+    """The inputs / outputs of a ``GraphProto`` in the shape of a session's ``get_inputs()``
+    (name, ``tensor(...)`` type, dims), so ports can be checked before a graph is rewritten."""
+
+    def __init__(self, graph: Any) -> None:
+        self._inputs = [_Port(v) for v in graph.input]
+        self._outputs = [_Port(v) for v in graph.output]
+
+    def get_inputs(self) -> list[Any]:
+        return self._inputs
+
+    def get_outputs(self) -> list[Any]:
+        return self._outputs
+
+
+class _Port:
+    def __init__(self, value: Any) -> None:
+        import onnx
+
+        tensor = value.type.tensor_type
+        self.name = value.name
+        self.type = f"tensor({onnx.TensorProto.DataType.Name(tensor.elem_type).lower()})"
+        self.shape = [d.dim_param or d.dim_value for d in tensor.shape.dim]
 
 
 class _Stream:
