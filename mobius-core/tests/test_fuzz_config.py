@@ -7,89 +7,28 @@ non-UTF-8 text, arbitrary JSON values, deeply nested arrays and objects and
 integer literals beyond Python's 4300-digit limit; each example must end in a
 returned ``(model_type, dict)`` or a MobiusError, within the time and memory guard.
 
-Budget and counts as in test_fuzz_safetensors.py (``MOBIUS_FUZZ_PROFILE``,
+Budget, guard and counts: :mod:`mobius_testing.fuzz` (``MOBIUS_FUZZ_PROFILE``,
 ``MOBIUS_FUZZ_COUNTS``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import resource
-import signal
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from mobius.checkpoint import open_local
 from mobius.config import read_config_file
 from mobius.errors import MobiusError
+from mobius_testing.fuzz import FUZZ, guard, report_counts
 
-_COMMON: dict[str, Any] = {
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-    "print_blob": True,
-}
-settings.register_profile(
-    "mobius-fuzz-ci", max_examples=200, deadline=timedelta(seconds=2), **_COMMON
-)
-settings.register_profile(
-    "mobius-fuzz-long", max_examples=20_000, deadline=timedelta(seconds=5), **_COMMON
-)
-PROFILE = os.environ.get("MOBIUS_FUZZ_PROFILE", "ci")
-FUZZ = settings.get_profile(f"mobius-fuzz-{PROFILE}")
-TIME_LIMIT_S = 10.0
-MEMORY_LIMIT = 1 << 30
 COUNTS: Counter[str] = Counter()
-
-
-class ExampleHung(Exception):
-    """Raised by the guard when one example runs longer than TIME_LIMIT_S."""
-
-
-@contextlib.contextmanager
-def guard() -> Iterator[None]:
-    """Fail one example that hangs (SIGALRM) or grabs more than MEMORY_LIMIT (RLIMIT_AS)."""
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise ExampleHung(f"example ran longer than {TIME_LIMIT_S} s")
-
-    old_handler = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S)
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    try:
-        vm = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        vm = None
-    if vm is not None and (hard == resource.RLIM_INFINITY or vm + MEMORY_LIMIT < hard):
-        resource.setrlimit(resource.RLIMIT_AS, (vm + MEMORY_LIMIT, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old_handler)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _report_counts(request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
-    lines = [f"fuzz[{PROFILE}] {target}: {n} examples" for target, n in sorted(COUNTS.items())]
-    capman = request.config.pluginmanager.getplugin("capturemanager")
-    with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
-        print("\n" + "\n".join(lines))
-    if out := os.environ.get("MOBIUS_FUZZ_COUNTS"):
-        with open(out, "a", encoding="utf-8") as f:
-            for target, n in sorted(COUNTS.items()):
-                f.write(json.dumps({"profile": PROFILE, "target": target, "examples": n}) + "\n")
-
+_report_counts = report_counts(COUNTS)
 
 JSON_LEAVES = (
     st.none()

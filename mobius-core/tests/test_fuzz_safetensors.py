@@ -7,10 +7,11 @@ either in a clean :class:`~mobius.errors.MobiusError` or in tensors that really 
 inside the file and can be read. Any other exception, an example running past the
 guard's time limit, or an allocation beyond the guard's memory limit fails the test.
 
-Budget: profile ``mobius-fuzz-ci`` (200 examples per target, the default) or
-``mobius-fuzz-long`` (20 000 per target) via ``MOBIUS_FUZZ_PROFILE=long`` (``tox -e fuzz``).
-The number of examples run per target is printed at the end of the module and,
-when ``MOBIUS_FUZZ_COUNTS`` names a file, appended to it as JSON lines.
+Budget, guard and counts come from :mod:`mobius_testing.fuzz`: profile
+``mobius-fuzz-ci`` (200 examples per target, the default) or ``mobius-fuzz-long``
+(20 000 per target) via ``MOBIUS_FUZZ_PROFILE=long`` (``tox -e fuzz``). The number of
+examples run per target is printed at the end of the module and, when
+``MOBIUS_FUZZ_COUNTS`` names a file, appended to it as JSON lines.
 """
 
 from __future__ import annotations
@@ -18,94 +19,25 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
-import signal
 import struct
 import tempfile
 import tracemalloc
 from collections import Counter
-from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from mobius.checkpoint import open_local, read_safetensors_header
 from mobius.checkpoint.safetensors import DTYPE_SIZES
 from mobius.errors import MobiusError, SafetensorsError
-
-# ------------------------------------------------------------------ fuzz budget + guards
-
-_COMMON: dict[str, Any] = {
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-    "print_blob": True,
-}
-settings.register_profile(
-    "mobius-fuzz-ci", max_examples=200, deadline=timedelta(seconds=2), **_COMMON
-)
-settings.register_profile(
-    "mobius-fuzz-long", max_examples=20_000, deadline=timedelta(seconds=5), **_COMMON
-)
-PROFILE = os.environ.get("MOBIUS_FUZZ_PROFILE", "ci")
-FUZZ = settings.get_profile(f"mobius-fuzz-{PROFILE}")
-TIME_LIMIT_S = 10.0
-MEMORY_LIMIT = 1 << 30
-"""Address space an example may add on top of the process (1 GiB)."""
+from mobius_testing.fuzz import FUZZ, MEMORY_LIMIT, guard, report_counts
 
 COUNTS: Counter[str] = Counter()
-
-
-class ExampleHung(Exception):
-    """Raised by the guard when one example runs longer than TIME_LIMIT_S (not a MobiusError)."""
-
-
-def _vm_bytes() -> int | None:
-    try:
-        pages = int(Path("/proc/self/statm").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pages * os.sysconf("SC_PAGE_SIZE")
-
-
-@contextlib.contextmanager
-def guard() -> Iterator[None]:
-    """Fail one example that hangs (SIGALRM) or grabs more than MEMORY_LIMIT (RLIMIT_AS)."""
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise ExampleHung(f"example ran longer than {TIME_LIMIT_S} s")
-
-    old_handler = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S)
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    vm = _vm_bytes()
-    if vm is not None:
-        cap = vm + MEMORY_LIMIT
-        if hard == resource.RLIM_INFINITY or cap < hard:
-            resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old_handler)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _report_counts(request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
-    lines = [f"fuzz[{PROFILE}] {target}: {n} examples" for target, n in sorted(COUNTS.items())]
-    capman = request.config.pluginmanager.getplugin("capturemanager")
-    with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
-        print("\n" + "\n".join(lines))
-    if out := os.environ.get("MOBIUS_FUZZ_COUNTS"):
-        with open(out, "a", encoding="utf-8") as f:
-            for target, n in sorted(COUNTS.items()):
-                f.write(json.dumps({"profile": PROFILE, "target": target, "examples": n}) + "\n")
-
+_report_counts = report_counts(COUNTS)
 
 # ------------------------------------------------------------------------ strategies
 

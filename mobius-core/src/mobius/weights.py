@@ -360,16 +360,42 @@ class _Concat(TensorExpr):
             offset += size
 
 
+class _Unary(TensorExpr):
+    """A transform of one source expression, ``src`` (a dataclass field of each subclass)."""
+
+    src: TensorExpr
+
+    def children(self) -> tuple[TensorExpr, ...]:
+        return (self.src,)
+
+
+class _Elementwise(_Unary):
+    """A transform applied element by element: it streams wherever its source does."""
+
+    @abstractmethod
+    def _apply(self, array: np.ndarray) -> np.ndarray:
+        """The transform itself, shared by whole evaluation and by every streamed chunk."""
+
+    def _evaluate(self, checkpoint: Checkpoint) -> np.ndarray:
+        return self._apply(self.src.evaluate(checkpoint))
+
+    def _streamable(self, checkpoint: Checkpoint) -> bool:
+        return self.src._streamable(checkpoint)
+
+    def _stream(
+        self, checkpoint: Checkpoint, begin: int, end: int, step: int
+    ) -> Iterator[np.ndarray]:
+        for chunk in self.src._stream(checkpoint, begin, end, step):
+            yield self._apply(chunk)
+
+
 @dataclass(frozen=True, eq=False)
-class _Cast(TensorExpr):
+class _Cast(_Elementwise):
     src: TensorExpr
     dtype: str
 
     def __repr__(self) -> str:
         return f"{self.src!r}.cast({self.dtype!r})"
-
-    def children(self) -> tuple[TensorExpr, ...]:
-        return (self.src,)
 
     def shape_dtype(self, checkpoint: Checkpoint) -> tuple[Shape, str]:
         shape, src = self.src.shape_dtype(checkpoint)
@@ -384,7 +410,6 @@ class _Cast(TensorExpr):
         return shape, self.dtype
 
     def _apply(self, array: np.ndarray) -> np.ndarray:
-        """The cast itself, elementwise: shared by whole and chunked evaluation."""
         target = NUMPY_DTYPES[self.dtype]
         if array.dtype == target:
             return array
@@ -393,18 +418,6 @@ class _Cast(TensorExpr):
         with np.errstate(over="ignore"):  # overflow to inf is reported by the finite check
             return array.astype(target)
 
-    def _evaluate(self, checkpoint: Checkpoint) -> np.ndarray:
-        return self._apply(self.src.evaluate(checkpoint))
-
-    def _streamable(self, checkpoint: Checkpoint) -> bool:
-        return self.src._streamable(checkpoint)
-
-    def _stream(
-        self, checkpoint: Checkpoint, begin: int, end: int, step: int
-    ) -> Iterator[np.ndarray]:
-        for chunk in self.src._stream(checkpoint, begin, end, step):
-            yield self._apply(chunk)
-
     def _widest(self, checkpoint: Checkpoint) -> int:
         _, src = self.src.shape_dtype(checkpoint)
         scratch = 4 if src == "bfloat16" and self.dtype != src else 0  # via float32
@@ -412,15 +425,12 @@ class _Cast(TensorExpr):
 
 
 @dataclass(frozen=True, eq=False)
-class _Transpose(TensorExpr):
+class _Transpose(_Unary):
     src: TensorExpr
     perm: tuple[int, ...] | None
 
     def __repr__(self) -> str:
         return f"{self.src!r}.transpose({'' if self.perm is None else list(self.perm)})"
-
-    def children(self) -> tuple[TensorExpr, ...]:
-        return (self.src,)
 
     def _perm(self, rank: int) -> tuple[int, ...]:
         if self.perm is None:
@@ -447,15 +457,12 @@ class _Transpose(TensorExpr):
 
 
 @dataclass(frozen=True, eq=False)
-class _Reshape(TensorExpr):
+class _Reshape(_Unary):
     src: TensorExpr
     shape: tuple[int, ...]
 
     def __repr__(self) -> str:
         return f"{self.src!r}.reshape({list(self.shape)})"
-
-    def children(self) -> tuple[TensorExpr, ...]:
-        return (self.src,)
 
     def _target(self, shape: Shape) -> Shape:
         size = math.prod(shape)
@@ -500,15 +507,12 @@ class _Reshape(TensorExpr):
 
 
 @dataclass(frozen=True, eq=False)
-class _Scale(TensorExpr):
+class _Scale(_Elementwise):
     src: TensorExpr
     factor: float
 
     def __repr__(self) -> str:
         return f"{self.src!r}.scale({self.factor!r})"
-
-    def children(self) -> tuple[TensorExpr, ...]:
-        return (self.src,)
 
     def shape_dtype(self, checkpoint: Checkpoint) -> tuple[Shape, str]:
         shape, dtype = self.src.shape_dtype(checkpoint)
@@ -521,29 +525,16 @@ class _Scale(TensorExpr):
         return shape, dtype
 
     def _apply(self, array: np.ndarray) -> np.ndarray:
-        """The scaling itself, elementwise: shared by whole and chunked evaluation."""
         compute = np.float64 if array.dtype == np.float64 else np.float32
         scaled = array.astype(compute) * compute(self.factor)
         return scaled.astype(array.dtype)
-
-    def _evaluate(self, checkpoint: Checkpoint) -> np.ndarray:
-        return self._apply(self.src.evaluate(checkpoint))
-
-    def _streamable(self, checkpoint: Checkpoint) -> bool:
-        return self.src._streamable(checkpoint)
-
-    def _stream(
-        self, checkpoint: Checkpoint, begin: int, end: int, step: int
-    ) -> Iterator[np.ndarray]:
-        for chunk in self.src._stream(checkpoint, begin, end, step):
-            yield self._apply(chunk)
 
     def _widest(self, checkpoint: Checkpoint) -> int:
         return max(4, super()._widest(checkpoint))  # float32 scratch
 
 
 @dataclass(frozen=True, eq=False)
-class _Slice(TensorExpr):
+class _Slice(_Unary):
     src: TensorExpr
     axis: int
     start: int
@@ -551,9 +542,6 @@ class _Slice(TensorExpr):
 
     def __repr__(self) -> str:
         return f"{self.src!r}.slice({self.axis}, {self.start}, {self.stop})"
-
-    def children(self) -> tuple[TensorExpr, ...]:
-        return (self.src,)
 
     def shape_dtype(self, checkpoint: Checkpoint) -> tuple[Shape, str]:
         shape, dtype = self.src.shape_dtype(checkpoint)

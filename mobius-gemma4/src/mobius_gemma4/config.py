@@ -393,6 +393,7 @@ def read_text_config(cfg: Mapping[str, Any], where: str = "config.json") -> Gemm
     )
 
 
+# The media token ids of HF 5.24's Gemma4Config; Gemma4UnifiedConfig has the same ones.
 _MM_DEFAULTS = {
     "boi_token_id": 255_999,
     "eoi_token_id": 258_882,
@@ -404,6 +405,17 @@ _MM_DEFAULTS = {
 }
 
 MODEL_TYPES = ("gemma4", "gemma4_text")
+
+
+def read_media_token_ids(raw: Mapping[str, Any], where: str) -> dict[str, int | None]:
+    """The media token ids of a multimodal config (``gemma4`` and ``gemma4_unified``).
+
+    Explicit null keeps a placeholder off; absent takes the HF 5.24 default id.
+    """
+    return {
+        k: cf.optional_int(raw, k, where, maximum=cf.MAX_TOKEN_ID) if k in raw else d
+        for k, d in _MM_DEFAULTS.items()
+    }
 
 
 def read_config(model_type: str, raw: Mapping[str, Any]) -> Gemma4Config:
@@ -423,11 +435,7 @@ def read_config(model_type: str, raw: Mapping[str, Any]) -> Gemma4Config:
     # HF Gemma4Config's own tie_word_embeddings governs the head of the multimodal model.
     if "tie_word_embeddings" in raw:
         text["tie_word_embeddings"] = raw["tie_word_embeddings"]
-    # Explicit null keeps a placeholder off; absent takes the HF 5.24 default id.
-    ids = {
-        k: cf.optional_int(raw, k, where, maximum=cf.MAX_TOKEN_ID) if k in raw else d
-        for k, d in _MM_DEFAULTS.items()
-    }
+    ids = read_media_token_ids(raw, where)
     return Gemma4Config(
         model_type=model_type,
         text=read_text_config(text, cf.path(where, "text_config")),

@@ -15,8 +15,8 @@ bounds (``MAX_*``) so that no config can claim a size no real checkpoint could h
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from mobius.errors import ConfigError
 
@@ -40,6 +40,7 @@ MAX_LIST = MAX_LAYERS
 """Longest list value read (layer_types has one entry per layer)."""
 
 _MISSING: Any = object()
+T = TypeVar("T")
 
 
 def show(value: Any) -> str:
@@ -72,6 +73,33 @@ def path(where: str, key: str | int) -> str:
 def fail(what: str, where: str, fix: str) -> ConfigError:
     """A ConfigError with what / where / fix (a tiny helper so call sites stay one line)."""
     return ConfigError(what, where=where, fix=fix)
+
+
+def read_section(
+    raw: Any, section: str, where: str, read: Callable[[Mapping[str, Any], str, str], T]
+) -> T:
+    """Read one sub-config object (``vision_config``, ``audio_config``) with ``read``.
+
+    ``read(raw, where, at)`` gets ``at``, the section's path for the checked readers
+    (``where`` may already end in the section's name). A section that is not an object,
+    and any wrong-typed value that escapes ``read`` as TypeError, ValueError or
+    OverflowError, become ConfigErrors naming the section, never bare exceptions.
+    """
+    try:
+        if not isinstance(raw, Mapping):
+            raise fail(
+                f"{section} is not a JSON object",
+                where,
+                f"the checkpoint's config.json must hold {section} as an object",
+            )
+        at = where if where.endswith(section) else f"{where}: {section}"
+        return read(raw, where, at)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise fail(
+            f"{section} has a value of the wrong type: {e}",
+            f"{where}: {section}",
+            "use numbers for sizes and strings for names, as HF's config.json does",
+        ) from e
 
 
 def _key(where: str) -> str:

@@ -62,21 +62,31 @@ def image_preprocessor(config: Gemma4Config):
     """``images → {pixel_values, pixel_position_ids, num_soft_tokens}`` for this checkpoint."""
     if config.model_type == "gemma4_unified":  # 48-px merged patches (reference §7)
         from mobius_gemma4.unified import vision_config_of
-        from mobius_gemma4.unified.processor import unified_image_preprocessor
+        from mobius_gemma4.unified.processor import UnifiedImageProcessor
 
         uc = vision_config_of(config)
-        return unified_image_preprocessor(uc.patch_size, uc.pooling_kernel_size, uc.num_soft_tokens)
-    from mobius_gemma4.vision import Gemma4ImageProcessor, read_vision_config
 
-    vc = read_vision_config(config.vision_config, where="config.json: vision_config")
+        def make_processor() -> Any:
+            return UnifiedImageProcessor(
+                patch_size=uc.patch_size,
+                pooling_kernel_size=uc.pooling_kernel_size,
+                max_soft_tokens=uc.num_soft_tokens,
+            )
+
+    else:
+        from mobius_gemma4.vision import Gemma4ImageProcessor, read_vision_config
+
+        vc = read_vision_config(config.vision_config, where="config.json: vision_config")
+
+        def make_processor() -> Any:
+            return Gemma4ImageProcessor(
+                patch_size=vc.patch_size,
+                pooling_kernel_size=vc.pooling_kernel_size,
+                max_soft_tokens=max_soft_tokens(config),
+            )
 
     def preprocess_image(images: Sequence[Any]) -> dict[str, Any]:
-        proc = Gemma4ImageProcessor(  # here, so a bad budget fails only image requests
-            patch_size=vc.patch_size,
-            pooling_kernel_size=vc.pooling_kernel_size,
-            max_soft_tokens=max_soft_tokens(config),
-        )
-        batch = proc(list(images))
+        batch = make_processor()(list(images))  # here, so a bad budget fails only image requests
         return {
             "pixel_values": batch.pixel_values,
             "pixel_position_ids": batch.pixel_position_ids,
@@ -87,16 +97,22 @@ def image_preprocessor(config: Gemma4Config):
 
 
 def audio_preprocessor(config: Gemma4Config):
-    """``clips → {input_features, input_features_mask, num_soft_tokens}`` (16 kHz log-mel)."""
-    if config.model_type == "gemma4_unified":  # raw 640-sample frames (reference §7)
+    """``clips → {input_features, input_features_mask, num_soft_tokens}`` for this checkpoint.
+
+    ``gemma4``: 16 kHz log-mel features; ``gemma4_unified``: raw 640-sample frames (§7).
+    """
+    from mobius_gemma4.audio import load_audio
+
+    if config.model_type == "gemma4_unified":
         from mobius_gemma4.unified import audio_config_of
-        from mobius_gemma4.unified.processor import unified_audio_preprocessor
+        from mobius_gemma4.unified.processor import UnifiedAudioFrames
 
-        return unified_audio_preprocessor(audio_config_of(config).audio_embed_dim)
-    from mobius_gemma4.audio import Gemma4AudioFeatureExtractor, load_audio, read_audio_config
+        extractor: Any = UnifiedAudioFrames(audio_config_of(config).audio_embed_dim)
+    else:
+        from mobius_gemma4.audio import Gemma4AudioFeatureExtractor, read_audio_config
 
-    ac = read_audio_config(config.audio_config, where="config.json: audio_config")
-    extractor = Gemma4AudioFeatureExtractor(feature_size=ac.num_mel_bins)
+        ac = read_audio_config(config.audio_config, where="config.json: audio_config")
+        extractor = Gemma4AudioFeatureExtractor(feature_size=ac.num_mel_bins)
 
     def preprocess_audio(clips: Sequence[Any]) -> dict[str, Any]:
         batch = extractor([load_audio(c) for c in clips])

@@ -141,13 +141,20 @@ def summary_of(vector: np.ndarray) -> dict[str, float]:
 # ---------------------------------------------------------------------- writing
 
 
-def write_l4(golden_dir: Path, golden: L4Golden) -> Path:
-    data = {
+def _header(golden_dir: Path, golden: L4Golden | L5Golden, kind: str) -> dict[str, Any]:
+    """The fields every golden file starts with (the readers check format and kind first)."""
+    return {
         "format": FORMAT,
-        "kind": "l4",
+        "kind": kind,
         "case": golden.case,
         "provenance": dict(golden.provenance),
         "inputs": _inputs_json(golden_dir, golden.case, golden.inputs),
+    }
+
+
+def write_l4(golden_dir: Path, golden: L4Golden) -> Path:
+    data = {
+        **_header(golden_dir, golden, "l4"),
         "vocab_size": golden.vocab_size,
         "top1": golden.top1,
         "margin": hexf(golden.margin),
@@ -163,11 +170,7 @@ def write_l4(golden_dir: Path, golden: L4Golden) -> Path:
 
 def write_l5(golden_dir: Path, golden: L5Golden) -> Path:
     data = {
-        "format": FORMAT,
-        "kind": "l5",
-        "case": golden.case,
-        "provenance": dict(golden.provenance),
-        "inputs": _inputs_json(golden_dir, golden.case, golden.inputs),
+        **_header(golden_dir, golden, "l5"),
         "ids": list(golden.ids),
         "text": golden.text,
         "pieces": list(golden.pieces),

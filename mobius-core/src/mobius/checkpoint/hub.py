@@ -14,23 +14,12 @@ import re
 from pathlib import Path
 
 from mobius.checkpoint.base import Checkpoint, SourceInfo
-from mobius.checkpoint.local import open_folder
+from mobius.checkpoint.local import INDEX_NAME, SIDE_FILES, open_folder
 from mobius.errors import CheckpointError
 
-ALLOW_PATTERNS = (
-    "config.json",
-    "generation_config.json",
-    "*.safetensors",
-    "model.safetensors.index.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "tokenizer.model",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "processor_config.json",
-    "preprocessor_config.json",
-)
-"""Files fetched from a Hub repository; everything else (pickles, ONNX, GGUF) is skipped."""
+ALLOW_PATTERNS = ("config.json", "*.safetensors", INDEX_NAME, *SIDE_FILES)
+"""Files fetched from a Hub repository: what :func:`open_local` reads (config, safetensors
+weights, the side files); everything else (pickles, ONNX, GGUF) is skipped."""
 
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 _REPO_ID = re.compile(rf"{_NAME}/{_NAME}")

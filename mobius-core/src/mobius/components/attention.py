@@ -24,23 +24,40 @@ def _dim(value: ir.Value, axis: int) -> int | str | None:
     return dim if isinstance(dim, int) else dim.value
 
 
-def _fill_shapes(
-    q: ir.Value, out: ir.Value, present: tuple[ir.Value, ir.Value], heads: int, kv: int, hd: int
-) -> None:
-    """Give outputs shape inference left blank their known shape (graph outputs need one)."""
-    batch, steps = _dim(q, 0), _dim(q, 1)
-    if out.shape is None:
-        out.shape = ir.Shape([batch, steps, heads * hd])
-    for value in present:
-        if value.shape is None:
-            value.shape = ir.Shape([batch, kv, None, hd])
+class _AttentionCore(nn.Module):
+    """What both attention ops share: head geometry, scale, logit soft-cap, output shapes."""
+
+    def __init__(
+        self,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        scale: float | None,
+        softcap: float,
+        name: str | None,
+    ) -> None:
+        super().__init__(name)
+        self.num_heads = int(num_heads)
+        self.num_kv_heads = int(num_kv_heads)
+        self.head_dim = int(head_dim)
+        self.scale = float(scale) if scale is not None else 1.0 / math.sqrt(head_dim)
+        self.softcap = float(softcap)
+
+    def _shaped(
+        self, q: ir.Value, out: ir.Value, present_key: ir.Value, present_value: ir.Value
+    ) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """The op's outputs, with the shapes inference left blank filled in (graph outputs
+        need one): ``out`` ``[B, S, num_heads·head_dim]``, presents ``[B, kv, T, head_dim]``."""
+        batch, steps = _dim(q, 0), _dim(q, 1)
+        if out.shape is None:
+            out.shape = ir.Shape([batch, steps, self.num_heads * self.head_dim])
+        for value in (present_key, present_value):
+            if value.shape is None:
+                value.shape = ir.Shape([batch, self.num_kv_heads, None, self.head_dim])
+        return out, present_key, present_value
 
 
-def _scale(scale: float | None, head_dim: int) -> float:
-    return float(scale) if scale is not None else 1.0 / math.sqrt(head_dim)
-
-
-class Attention(nn.Module):
+class Attention(_AttentionCore):
     """Scaled dot-product attention on the ONNX ``Attention`` op (opset 23).
 
     Constructor: ``Attention(num_heads, num_kv_heads, head_dim, *, scale=None, softcap=0.0,
@@ -69,12 +86,7 @@ class Attention(nn.Module):
         is_causal: bool = False,
         name: str | None = None,
     ) -> None:
-        super().__init__(name)
-        self.num_heads = int(num_heads)
-        self.num_kv_heads = int(num_kv_heads)
-        self.head_dim = int(head_dim)
-        self.scale = _scale(scale, head_dim)
-        self.softcap = float(softcap)
+        super().__init__(num_heads, num_kv_heads, head_dim, scale, softcap, name)
         self.is_causal = bool(is_causal)
 
     def forward(
@@ -101,18 +113,10 @@ class Attention(nn.Module):
         out, present_key, present_value = op.Attention(
             q, k, v, mask, past_key, past_value, **attrs, _outputs=3
         )
-        _fill_shapes(
-            q,
-            out,
-            (present_key, present_value),
-            self.num_heads,
-            self.num_kv_heads,
-            self.head_dim,
-        )
-        return out, present_key, present_value
+        return self._shaped(q, out, present_key, present_value)
 
 
-class GroupQueryAttention(nn.Module):
+class GroupQueryAttention(_AttentionCore):
     """onnxruntime's fused ``com.microsoft.GroupQueryAttention`` (causal, optional rotary).
 
     Constructor: ``GroupQueryAttention(num_heads, num_kv_heads, head_dim, *, scale=None,
@@ -146,12 +150,7 @@ class GroupQueryAttention(nn.Module):
         rotary_interleaved: bool = False,
         name: str | None = None,
     ) -> None:
-        super().__init__(name)
-        self.num_heads = int(num_heads)
-        self.num_kv_heads = int(num_kv_heads)
-        self.head_dim = int(head_dim)
-        self.scale = _scale(scale, head_dim)
-        self.softcap = float(softcap)
+        super().__init__(num_heads, num_kv_heads, head_dim, scale, softcap, name)
         self.local_window_size = int(local_window_size)
         self.rotary_interleaved = bool(rotary_interleaved)
 
@@ -187,12 +186,4 @@ class GroupQueryAttention(nn.Module):
         out, present_key, present_value = ms.GroupQueryAttention(*inputs, **attrs, _outputs=3)
         for value in (out, present_key, present_value):
             value.type = q.type
-        _fill_shapes(
-            q,
-            out,
-            (present_key, present_value),
-            self.num_heads,
-            self.num_kv_heads,
-            self.head_dim,
-        )
-        return out, present_key, present_value
+        return self._shaped(q, out, present_key, present_value)

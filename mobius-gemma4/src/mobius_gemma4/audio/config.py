@@ -44,30 +44,16 @@ class Gemma4AudioConfig:
 
 
 def read_audio_config(raw: Mapping[str, Any], *, where: str = "config.json") -> Gemma4AudioConfig:
-    """Build the record from a ``audio_config`` dict; a value of the wrong JSON type is a
+    """Build the record from an ``audio_config`` dict; a value of the wrong JSON type is a
     ConfigError naming the section, never a bare TypeError."""
-    try:
-        return _read(raw, where)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise ConfigError(
-            f"audio_config has a value of the wrong type: {e}",
-            where=f"{where}: audio_config",
-            fix="use numbers for sizes and strings for names, as HF's config.json does",
-        ) from e
+    return cf.read_section(raw, "audio_config", where, _read)
 
 
-def _read(raw: Mapping[str, Any], where: str) -> Gemma4AudioConfig:
+def _read(raw: Mapping[str, Any], where: str, at: str) -> Gemma4AudioConfig:
     """Build the record from an ``audio_config`` dict (HF 5.24 defaults for missing keys)."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError(
-            "audio_config is not a JSON object",
-            where=where,
-            fix="the checkpoint's config.json must hold audio_config as an object",
-        )
     d = Gemma4AudioConfig()
     # Checked readers (mobius_gemma4.config_fields): wrong types and absurd sizes are
-    # ConfigErrors naming the key; callers may already pass "...: audio_config".
-    at = where if where.endswith("audio_config") else f"{where}: audio_config"
+    # ConfigErrors naming the key at ``at`` (the section's path).
     channels = cf.int_list(raw, "subsampling_conv_channels", at, minimum=1, max_len=8) or tuple(
         d.subsampling_conv_channels
     )

@@ -7,11 +7,11 @@ conv kernels stay as stored (ONNX Conv uses PyTorch's ``[out, in/groups, k…]``
 
 from __future__ import annotations
 
-from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE, BuildOptions
-from mobius.weights import WeightPlan, ref
+from mobius.records import BuildOptions
+from mobius.weights import WeightPlan
 from mobius_gemma4.audio.config import Gemma4AudioConfig
+from mobius_gemma4.weights.entries import plan_from_entries
 
-CKPT_PREFIX = "model."
 _BOUNDS = ("input_min", "input_max", "output_min", "output_max")
 
 
@@ -69,11 +69,4 @@ def audio_weight_entries(cfg: Gemma4AudioConfig) -> list[tuple[str, str, bool]]:
 
 def audio_weight_plan(cfg: Gemma4AudioConfig, options: BuildOptions) -> WeightPlan:
     """Plan for ``model.audio_tower.*`` + ``model.embed_audio.*`` of a multimodal checkpoint."""
-    dtype = PORT_DTYPE_OF_BUILD_DTYPE[options.dtype]
-    plan = WeightPlan()
-    for init, ckpt, transpose in audio_weight_entries(cfg):
-        expr = ref(CKPT_PREFIX + ckpt)
-        if transpose:
-            expr = expr.transpose()
-        plan.add(init, expr.cast(dtype))
-    return plan
+    return plan_from_entries(audio_weight_entries(cfg), options)

@@ -21,21 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from mobius_gemma4 import config_fields as cf
-from mobius_gemma4.config import Gemma4Config, read_text_config
+from mobius_gemma4.config import Gemma4Config, read_media_token_ids, read_text_config
 
 MODEL_TYPE = "gemma4_unified"
 """The ``model_type`` of ``Gemma4UnifiedForConditionalGeneration`` checkpoints."""
 
-# Gemma4UnifiedConfig's token ids (HF 5.24; explicit null keeps a placeholder off).
-_TOKEN_DEFAULTS: dict[str, int] = {
-    "boi_token_id": 255_999,
-    "eoi_token_id": 258_882,
-    "image_token_id": 258_880,
-    "video_token_id": 258_884,
-    "boa_token_id": 256_000,
-    "eoa_token_index": 258_883,
-    "audio_token_id": 258_881,
-}
 # Gemma4UnifiedTextConfig defaults that differ from Gemma4TextConfig (HF 5.24).
 _TEXT_DEFAULTS: dict[str, Any] = {
     "sliding_window": 1024,
@@ -168,10 +158,7 @@ def read_unified_config(raw: Mapping[str, Any]) -> Gemma4Config:
     text = unified_text_dict(cf.mapping(raw, "text_config", where) or {})
     if "tie_word_embeddings" in raw:  # the composite config's flag governs the head
         text["tie_word_embeddings"] = raw["tie_word_embeddings"]
-    ids = {
-        k: cf.optional_int(raw, k, where, maximum=cf.MAX_TOKEN_ID) if k in raw else d
-        for k, d in _TOKEN_DEFAULTS.items()
-    }
+    ids = read_media_token_ids(raw, where)  # Gemma4UnifiedConfig's ids are Gemma4Config's
     vision = cf.mapping(raw, "vision_config", where)
     audio = cf.mapping(raw, "audio_config", where)
     # Validate the embedder configs now, so a bad one fails at read time, not mid-build.

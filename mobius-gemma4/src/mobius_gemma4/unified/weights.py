@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from mobius.checkpoint import Checkpoint
 from mobius.errors import WeightPlanError
-from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE, BuildOptions
-from mobius.weights import WeightPlan, ref
+from mobius.records import BuildOptions
+from mobius.weights import WeightPlan
 from mobius_gemma4.config import Gemma4Config
-
-CKPT_PREFIX = "model."
+from mobius_gemma4.weights.entries import CKPT_PREFIX, plan_from_entries
 
 VISION_ENTRIES: tuple[tuple[str, str, bool], ...] = (
     ("embed_vision.patch_ln1.weight", "vision_embedder.patch_ln1.weight", False),
@@ -69,11 +68,6 @@ def unified_weight_plan(
             where="mobius_gemma4.unified.weights",
             fix="vision_encoder needs vision_config and audio_encoder needs audio_config",
         )
-    dtype = PORT_DTYPE_OF_BUILD_DTYPE[options.dtype]
-    plan = WeightPlan()
-    for name, disk, transpose in entries:
-        expr = ref(_source(checkpoint, name, disk))
-        if transpose:
-            expr = expr.transpose()
-        plan.add(name, expr.cast(dtype))
-    return plan
+    return plan_from_entries(
+        entries, options, source=lambda name, disk: _source(checkpoint, name, disk)
+    )

@@ -46,28 +46,14 @@ _ACTIVATIONS = ("gelu_pytorch_tanh", "gelu")
 def read_vision_config(raw: Mapping[str, Any], *, where: str = "config.json") -> Gemma4VisionConfig:
     """Build the record from a ``vision_config`` dict; a value of the wrong JSON type is a
     ConfigError naming the section, never a bare TypeError."""
-    try:
-        return _read(raw, where)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise ConfigError(
-            f"vision_config has a value of the wrong type: {e}",
-            where=f"{where}: vision_config",
-            fix="use numbers for sizes and strings for names, as HF's config.json does",
-        ) from e
+    return cf.read_section(raw, "vision_config", where, _read)
 
 
-def _read(raw: Mapping[str, Any], where: str) -> Gemma4VisionConfig:
+def _read(raw: Mapping[str, Any], where: str, at: str) -> Gemma4VisionConfig:
     """Build the record from a ``vision_config`` dict (HF 5.24 defaults for missing keys)."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError(
-            "vision_config is not a JSON object",
-            where=where,
-            fix="the checkpoint's config.json must hold vision_config as an object",
-        )
     d = Gemma4VisionConfig()
     # Checked readers (mobius_gemma4.config_fields): wrong types and absurd sizes are
-    # ConfigErrors naming the key; callers may already pass "...: vision_config".
-    at = where if where.endswith("vision_config") else f"{where}: vision_config"
+    # ConfigErrors naming the key at ``at`` (the section's path).
     rope = cf.mapping(raw, "rope_parameters", at) or {}
     rope_type = rope.get("rope_type", "axial")
     if rope_type not in ("axial", "default"):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from mobius.errors import MobiusError
 
 SUPPORTED_SOFT_TOKENS = (70, 140, 280, 560, 1120)
 """``max_soft_tokens`` values Gemma 4 was trained with (HF refuses others)."""
+WHERE = "Gemma 4 image processor"
 
 
 @dataclass(frozen=True)
@@ -114,18 +115,84 @@ def _resize(rgb: np.ndarray, height: int, width: int) -> np.ndarray:
     return np.asarray(pil.resize((width, height), resample=Image.BICUBIC, reducing_gap=None))
 
 
+def resize_to_budget(
+    rgb: np.ndarray, *, patch_size: int, max_patches: int, pooling_kernel_size: int
+) -> np.ndarray:
+    """``rgb`` resized (bicubic, 8-bit) to its :func:`target_size`; unchanged when already there.
+
+    Shared by the ``gemma4`` and ``gemma4_unified`` processors: both use this budget.
+    """
+    h, w = rgb.shape[:2]
+    th, tw = target_size(
+        h,
+        w,
+        patch_size=patch_size,
+        max_patches=max_patches,
+        pooling_kernel_size=pooling_kernel_size,
+    )
+    return rgb if (th, tw) == (h, w) else _resize(rgb, th, tw)
+
+
+def patch_grid(rgb: np.ndarray, side: int, rows: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Rescaled ``side``-px patches of ``rgb`` padded to ``rows``: ``(patches, positions, n)``.
+
+    Pixels are rescaled by 1/255 (float64, then float32, as HF does); each patch is
+    flattened (row, column, channel), patches go row-major with positions (x = column,
+    y = row); rows past the ``n`` real patches hold zero pixels and (−1, −1). The
+    caller ensures the sides are multiples of ``side`` and ``n <= rows``.
+    """
+    h, w = rgb.shape[:2]
+    ph, pw = h // side, w // side
+    n = ph * pw
+    pixels = (rgb.astype(np.float64) * (1.0 / 255.0)).astype(np.float32)
+    # [H, W, C] -> [ph, s, pw, s, C] -> [ph, pw, s, s, C]: row, column, channel inside a patch.
+    patches = pixels.reshape(ph, side, pw, side, 3).transpose(0, 2, 1, 3, 4).reshape(n, -1)
+    xs, ys = np.meshgrid(np.arange(pw), np.arange(ph), indexing="xy")
+    positions = np.stack([xs, ys], axis=-1).reshape(n, 2).astype(np.int64)
+    out_p = np.zeros((rows, 3 * side * side), dtype=np.float32)
+    out_pos = np.full((rows, 2), -1, dtype=np.int64)
+    out_p[:n], out_pos[:n] = patches, positions
+    return out_p, out_pos, n
+
+
+def check_soft_tokens(max_soft_tokens: int, where: str) -> None:
+    """Refuse a ``max_soft_tokens`` budget Gemma 4 was not trained with (HF refuses it too)."""
+    if max_soft_tokens not in SUPPORTED_SOFT_TOKENS:
+        raise MobiusError(
+            f"max_soft_tokens {max_soft_tokens} is not supported",
+            where=where,
+            fix=f"use one of {SUPPORTED_SOFT_TOKENS}",
+        )
+
+
+def process_images(
+    images: Sequence[Any],
+    patchify: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, int]],
+    where: str,
+) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """Decode and ``patchify`` each image; stacked ``(pixel_values, positions, tokens)``.
+
+    A single image (not in a list) is accepted as a list of one.
+    """
+    if not isinstance(images, Sequence) or isinstance(images, (str, bytes)):
+        images = [images]
+    done = [patchify(load_rgb(im)) for im in images]
+    if not done:
+        raise MobiusError("no images to process", where=where, fix="pass at least one image")
+    return (
+        np.stack([d[0] for d in done]),
+        np.stack([d[1] for d in done]),
+        tuple(d[2] for d in done),
+    )
+
+
 class Gemma4ImageProcessor:
     """Turns images into ``pixel_values`` / ``pixel_position_ids`` for ``vision_encoder``."""
 
     def __init__(
         self, *, patch_size: int = 16, pooling_kernel_size: int = 3, max_soft_tokens: int = 280
     ) -> None:
-        if max_soft_tokens not in SUPPORTED_SOFT_TOKENS:
-            raise MobiusError(
-                f"max_soft_tokens {max_soft_tokens} is not supported",
-                where="Gemma 4 image processor",
-                fix=f"use one of {SUPPORTED_SOFT_TOKENS}",
-            )
+        check_soft_tokens(max_soft_tokens, WHERE)
         self.patch_size = patch_size
         self.pooling_kernel_size = pooling_kernel_size
         self.max_soft_tokens = max_soft_tokens
@@ -134,37 +201,15 @@ class Gemma4ImageProcessor:
     def patchify(self, rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         """One decoded image → ``(patches [max_patches, 3p²], positions [max_patches, 2], tokens)``."""
         p, k = self.patch_size, self.pooling_kernel_size
-        h, w = rgb.shape[:2]
-        th, tw = target_size(
-            h, w, patch_size=p, max_patches=self.max_patches, pooling_kernel_size=k
+        rgb = resize_to_budget(
+            rgb, patch_size=p, max_patches=self.max_patches, pooling_kernel_size=k
         )
-        if (th, tw) != (h, w):
-            rgb = _resize(rgb, th, tw)
-        pixels = (rgb.astype(np.float64) * (1.0 / 255.0)).astype(np.float32)
-        ph, pw = th // p, tw // p
-        # [H, W, C] -> [ph, p, pw, p, C] -> [ph, pw, p, p, C]: row, column, channel inside a patch.
-        patches = pixels.reshape(ph, p, pw, p, 3).transpose(0, 2, 1, 3, 4).reshape(ph * pw, -1)
-        xs, ys = np.meshgrid(np.arange(pw), np.arange(ph), indexing="xy")
-        positions = np.stack([xs, ys], axis=-1).reshape(ph * pw, 2).astype(np.int64)
-        n = ph * pw
-        out_p = np.zeros((self.max_patches, 3 * p * p), dtype=np.float32)
-        out_pos = np.full((self.max_patches, 2), -1, dtype=np.int64)
-        out_p[:n], out_pos[:n] = patches, positions
+        out_p, out_pos, n = patch_grid(rgb, p, self.max_patches)
         return out_p, out_pos, n // k**2
 
     def __call__(self, images: Sequence[Any]) -> ImageBatch:
         """Process a list of images (paths, bytes, PIL images or uint8 arrays)."""
-        if not isinstance(images, Sequence) or isinstance(images, (str, bytes)):
-            images = [images]
-        done = [self.patchify(load_rgb(im)) for im in images]
-        if not done:
-            raise MobiusError(
-                "no images to process",
-                where="Gemma 4 image processor",
-                fix="pass at least one image",
-            )
+        pixel_values, positions, tokens = process_images(images, self.patchify, WHERE)
         return ImageBatch(
-            pixel_values=np.stack([d[0] for d in done]),
-            pixel_position_ids=np.stack([d[1] for d in done]),
-            num_soft_tokens=tuple(d[2] for d in done),
+            pixel_values=pixel_values, pixel_position_ids=positions, num_soft_tokens=tokens
         )

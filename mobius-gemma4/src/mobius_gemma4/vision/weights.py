@@ -8,11 +8,11 @@ float tensor is cast to the build dtype at save time.
 
 from __future__ import annotations
 
-from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE, BuildOptions
-from mobius.weights import WeightPlan, ref
+from mobius.records import BuildOptions
+from mobius.weights import WeightPlan
 from mobius_gemma4.vision.config import Gemma4VisionConfig
+from mobius_gemma4.weights.entries import CKPT_PREFIX, plan_from_entries
 
-CKPT_PREFIX = "model."
 """Prefix of the multimodal checkpoint (``Gemma4ForConditionalGeneration``)."""
 
 _ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -66,13 +66,7 @@ def vision_weight_plan(cfg: Gemma4VisionConfig, options: BuildOptions) -> Weight
     Without ``use_clipped_linears`` the graph has no bound initializers; bounds that a
     checkpoint nevertheless carries are ignored (reported), not an error.
     """
-    dtype = PORT_DTYPE_OF_BUILD_DTYPE[options.dtype]
-    plan = WeightPlan()
-    for init, ckpt, transpose in vision_weight_entries(cfg):
-        expr = ref(CKPT_PREFIX + ckpt)
-        if transpose:
-            expr = expr.transpose()
-        plan.add(init, expr.cast(dtype))
+    plan = plan_from_entries(vision_weight_entries(cfg), options)
     if not cfg.use_clipped_linears:
         for i in range(cfg.num_hidden_layers):
             lp = f"{CKPT_PREFIX}vision_tower.encoder.layers.{i}."
