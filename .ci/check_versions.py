@@ -18,8 +18,10 @@ Usage: ``python .ci/check_versions.py EXPECT ... [--plugins-ok]`` where EXPECT i
   ``releases.toml`` records for that release (see .ci/install_local.py ``--pin``),
   with exactly that commit's files;
 - ``NAME=absent``: not installed;
-- ``NAME<specifier>`` such as ``onnxruntime-gpu==1.22`` or ``onnxruntime-gpu>1.22``;
+- ``NAME<specifier>`` such as ``onnxruntime-gpu==1.30`` or ``onnxruntime-gpu>1.30``;
 - ``NAME=lowest``: at the lowest version the installed distributions declare.
+- ``NAME=latest``: at the newest version the package index offers this interpreter
+  (asks ``pip index versions``, so it needs the index).
 
 Every installed distribution of this repository must be named. ``--plugins-ok``
 also loads every ``mobius`` plugin through core's PluginHost and fails unless all
@@ -250,6 +252,16 @@ def lowest_declared(name: str, dists: dict[str, metadata.Distribution]) -> Versi
     return max(bounds)
 
 
+def latest_available(name: str) -> Version:
+    """The newest version of ``name`` the configured index offers this interpreter."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", name]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    m = re.search(r"^\S+ \(([^)]+)\)$", out.stdout, re.MULTILINE)
+    if out.returncode != 0 or m is None:
+        raise Mismatch(f"{name}: cannot ask the index for its versions: {out.stderr.strip()}")
+    return Version(m.group(1))
+
+
 def check(expectations: list[str]) -> list[str]:
     local = local_distributions()
     dists = {n: d for n in local if (d := installed(n)) is not None}
@@ -274,6 +286,11 @@ def check(expectations: list[str]) -> list[str]:
                     if Version(dist.version) != low:
                         raise Mismatch(f"{key}: installed {dist.version}, lowest declared {low}")
                     lines.append(f"{key}: {dist.version} (the lowest declared)")
+                elif which == "latest":
+                    newest = latest_available(key)
+                    if Version(dist.version) != newest:
+                        raise Mismatch(f"{key}: installed {dist.version}, the index has {newest}")
+                    lines.append(f"{key}: {dist.version} (the newest on the index)")
                 elif key not in local:
                     raise Mismatch(f"{key}: {which!r} applies to this repository's distributions")
                 elif which in ("local", "editable"):

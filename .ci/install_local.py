@@ -16,7 +16,19 @@ distribution being installed allows: "the oldest core this plugin supports") or
 ``<env>/mobius-pinned/NAME/`` (its tests included, so an env can run a release's
 own tests) with a ``.mobius-release.json`` stamp that .ci/check_versions.py checks.
 ``--lowest DIST`` installs DIST at the lowest version the installed distributions
-declare (``onnxruntime-gpu>=1.22`` -> ``onnxruntime-gpu==1.22``).
+declare (``onnxruntime-gpu>=1.30`` -> ``onnxruntime-gpu==1.30``).
+
+**Wheelhouse.** With ``MOBIUS_WHEELHOUSE`` set to a folder (tox sets
+``{toxworkdir}/wheelhouse``), the main install runs in two steps: ``pip download``
+resolves against the index as usual and saves into that folder only the files it
+lacks, then ``pip install --no-index --find-links`` installs from the folder. Why:
+pip's HTTP cache stays empty where the index answers without caching headers (this
+machine's PyPI mirror sends no Cache-Control, ETag or Last-Modified, so pip's
+CacheControl stores nothing and every env downloaded the ~280 MB onnxruntime-gpu
+wheel again); the folder is shared by every tox env, so each wheel is fetched once
+per tox work dir. Downloads land in a private temporary folder and are renamed into
+the wheelhouse, so envs running in parallel never see a half-written wheel. The
+``--no-deps`` install (local folders only) always goes straight to pip.
 
 Usage: ``python .ci/install_local.py mobius-gemma4[test] [more ...] [--no-deps NAME ...]
 [--pin NAME=WHICH ...] [--lowest DIST ...]``
@@ -28,10 +40,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
+import time
 from pathlib import Path
 
 try:
@@ -190,8 +206,6 @@ def extract_release(name: str, entry: dict, dest_root: Path) -> Path:
     fresh = stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8"))["commit"] == commit
     if not fresh:  # else: extracted by an earlier run of this env
         if dest.exists():
-            import shutil
-
             shutil.rmtree(dest)
         dest.mkdir(parents=True)
         try:
@@ -212,6 +226,7 @@ def extract_release(name: str, entry: dict, dest_root: Path) -> Path:
             tar.extractall(dest, **extra)
         record = {"distribution": name, "version": entry["version"], "commit": commit}
         stamp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    link_shared(dest_root)
     folder = local_distributions(dest).get(name)
     if folder is None:
         raise SystemExit(f"install_local: commit {commit} has no distribution {name}")
@@ -224,6 +239,19 @@ def extract_release(name: str, entry: dict, dest_root: Path) -> Path:
     return folder
 
 
+def link_shared(dest_root: Path) -> None:
+    """Give an extracted tree the ``shared/`` folder the working tree has beside it.
+
+    Why: tests find the real model configs at ``<repository>/../shared/fixtures``,
+    outside the repository; a release extracted to ``dest_root/NAME`` looks for
+    ``dest_root/shared``, so that becomes a link to the working tree's neighbour.
+    """
+    outside = ROOT.parent / "shared"
+    link = dest_root / "shared"
+    if outside.is_dir() and not link.exists() and not link.is_symlink():
+        link.symlink_to(outside, target_is_directory=True)
+
+
 def lowest_pin(dist: str, wanted: dict[str, set[str]], folders: dict[str, Path]) -> str:
     """``DIST==V`` with V the highest lower bound the distributions being installed declare."""
     spec, who = declared_specifier(canonical(dist), wanted, folders)
@@ -233,6 +261,43 @@ def lowest_pin(dist: str, wanted: dict[str, set[str]], folders: dict[str, Path])
     low = max(bounds)
     print(f"install_local: lowest {dist} declared: {low} ({'; '.join(who)})")
     return f"{dist}=={low}"
+
+
+def build_requirements(folders: list[Path]) -> list[str]:
+    """The ``[build-system] requires`` of ``folders``: an offline install builds them too."""
+    reqs: list[str] = []
+    for folder in folders:
+        for req in read_pyproject(folder).get("build-system", {}).get("requires", []):
+            if req not in reqs:
+                reqs.append(req)
+    return reqs
+
+
+def fill_wheelhouse(wheelhouse: Path, requirements: list[str]) -> None:
+    """Resolve ``requirements`` against the index; add the files ``wheelhouse`` lacks.
+
+    pip sees the wheelhouse as an extra link source, so what is already there is
+    copied locally rather than downloaded. New files are renamed in (atomic on one
+    file system) and never overwrite one already there, so an env installing from the
+    wheelhouse in parallel sees each file either complete or not at all.
+    """
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=wheelhouse) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", tmp]
+        subprocess.run([*cmd, "--find-links", str(wheelhouse), *requirements], check=True)
+        added = []
+        for path in sorted(Path(tmp).iterdir()):
+            target = wheelhouse / path.name
+            if path.is_file() and not target.exists():
+                os.replace(path, target)
+                added.append(f"{path.name} ({target.stat().st_size // 2**20} MiB)")
+    count = sum(1 for p in wheelhouse.iterdir() if p.is_file())
+    print(
+        f"install_local: wheelhouse {wheelhouse}: {len(added)} new file(s), {count} in all, "
+        f"{time.monotonic() - start:.0f} s" + (f"; new: {', '.join(added)}" if added else ""),
+        flush=True,
+    )
 
 
 def forbid(names: list[str]) -> int:
@@ -306,6 +371,11 @@ def main(argv: list[str]) -> int:
     targets += [lowest_pin(dist, wanted, folders) for dist in lowest]
     if targets:
         print("install_local:", " ".join(targets), flush=True)
+        wheelhouse = os.environ.get("MOBIUS_WHEELHOUSE", "").strip()
+        if wheelhouse:
+            build = build_requirements([folders[name] for name in wanted])
+            fill_wheelhouse(Path(wheelhouse), [*targets, *build])
+            pip += ["--no-index", "--find-links", wheelhouse]
         subprocess.run([*pip, *targets], check=True)
     nodeps_folders = []
     for spec in nodeps_roots:
