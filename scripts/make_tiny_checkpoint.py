@@ -1,9 +1,9 @@
 """Make testdata/tiny-gemma4 (text) or testdata/tiny-gemma4-mm (vision + audio): seeded, random.
 
-    /work/venv/bin/python scripts/make_tiny_checkpoint.py [OUT]   # default testdata/tiny-gemma4
-    /work/venv/bin/python scripts/make_tiny_checkpoint.py --multimodal [OUT]
+    python scripts/make_tiny_checkpoint.py [OUT]   # default testdata/tiny-gemma4
+    python scripts/make_tiny_checkpoint.py --multimodal [OUT]
                                                       # default testdata/tiny-gemma4-mm
-    /work/venv/bin/python scripts/make_tiny_checkpoint.py --media [OUT]
+    python scripts/make_tiny_checkpoint.py --media [OUT]
                                                       # default testdata/media
 
 Writes what a HuggingFace checkpoint folder holds, so ``mobius build`` and
@@ -293,7 +293,7 @@ work offline. **The weights are random (seed {SEED}): generated text is gibberis
 
 Made with (transformers 5.24, torch CPU, tokenizers; deterministic):
 
-    /work/venv/bin/python scripts/make_tiny_checkpoint.py testdata/tiny-gemma4
+    python scripts/make_tiny_checkpoint.py testdata/tiny-gemma4
 
 Architecture: vocab {VOCAB}, hidden 64, 6 layers (`s,s,f,s,s,f`), 4 heads, 2 KV
 heads, head_dim 16 (sliding) / 32 (full, `per_layer_config`), sliding window 16,
@@ -329,7 +329,7 @@ generated text is gibberish.**
 
 Made with (transformers 5.24, torch CPU, tokenizers; deterministic):
 
-    /work/venv/bin/python scripts/make_tiny_checkpoint.py --multimodal testdata/tiny-gemma4-mm
+    python scripts/make_tiny_checkpoint.py --multimodal testdata/tiny-gemma4-mm
 
 Text model: the one of `testdata/tiny-gemma4` (vocab {VOCAB}, hidden 64, 6 layers,
 PLE, KV sharing, double-wide MLP, dual head dim, proportional RoPE, softcap 30), with

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import onnx_ir as ir
 import pytest
+from reference.paths import TINY_HUBSTYLE
 
 from mobius.components.graph import add_input, add_output, finish_model, new_graph
 from mobius.contract import Component, Contract, Edge, ExternalInput, Port, validate
@@ -14,13 +14,7 @@ from mobius.errors import ContractError
 from mobius.records import BuildOptions
 from mobius_gemma4.audio import build_audio_encoder, read_audio_config
 
-TINY = (
-    Path(__file__).resolve().parents[2].parent
-    / "shared"
-    / "fixtures"
-    / "configs"
-    / "tiny-hubstyle.json"
-)
+TINY = TINY_HUBSTYLE
 H = 64
 
 

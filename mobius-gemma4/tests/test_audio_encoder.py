@@ -8,18 +8,13 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 import pytest
+from reference.paths import TINY_HUBSTYLE
 
 from mobius.records import BuildOptions
 from mobius.weights import bind
 from mobius_gemma4.audio import audio_weight_plan, build_audio_encoder, read_audio_config
 
-TINY = (
-    Path(__file__).resolve().parents[2].parent
-    / "shared"
-    / "fixtures"
-    / "configs"
-    / "tiny-hubstyle.json"
-)
+TINY = TINY_HUBSTYLE
 
 
 def _raw() -> dict:

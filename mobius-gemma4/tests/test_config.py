@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from reference.paths import SHARED_CONFIGS
 
 from mobius.errors import ConfigError
 from mobius_gemma4.config import FULL, SLIDING, read_config, read_text_config
 
 pytestmark = pytest.mark.l1  # config reading is the first stage of a build
 
-CONFIGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "configs"
+CONFIGS = SHARED_CONFIGS
 
 
 def _load(name: str) -> dict:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import copy
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
+from reference.paths import SHARED_CONFIGS
 
 from mobius.errors import ConfigError
 from mobius_gemma4 import config_fields as cf
@@ -23,7 +23,7 @@ from mobius_gemma4.vision.config import read_vision_config
 
 pytestmark = pytest.mark.l1  # config reading is the first stage of a build
 
-CONFIGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "configs"
+CONFIGS = SHARED_CONFIGS
 TINY = json.loads((CONFIGS / "tiny-hubstyle.json").read_text())
 
 

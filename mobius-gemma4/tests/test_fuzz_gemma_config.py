@@ -20,12 +20,12 @@ import contextlib
 import copy
 import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from reference.paths import SHARED_CONFIGS
 
 from mobius.errors import MobiusError
 from mobius_gemma4.audio.config import read_audio_config
@@ -71,7 +71,7 @@ TINY_TEXT: dict[str, Any] = {
 }
 """A self-contained tiny text config (the shared fixtures are added when present)."""
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "configs"
+FIXTURES = SHARED_CONFIGS
 
 
 def _bases() -> list[tuple[str, dict[str, Any]]]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 import pytest
+from reference.paths import SHARED_CONFIGS
 
 from mobius.records import BuildOptions
 from mobius_gemma4.build import build_component
@@ -26,7 +27,7 @@ from mobius_gemma4.plugin import mobius_read_config
 
 pytestmark = pytest.mark.l2
 
-CONFIGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "configs"
+CONFIGS = SHARED_CONFIGS
 EXPECTED = json.loads((Path(__file__).parent / "data" / "l2_expected.json").read_text())
 
 

@@ -4,10 +4,10 @@ prompt expansion and the onnxruntime-genai side files of a ``gemma4`` package.""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from reference.paths import TINY_HUBSTYLE
 
 from mobius.errors import MobiusError
 from mobius.records import BuildOptions
@@ -18,7 +18,7 @@ from mobius_gemma4.processors import expand_prompt, format_chat_prompt, text_pro
 
 pytestmark = pytest.mark.l1
 
-TINY = Path("/work/shared/fixtures/configs/tiny-hubstyle.json")
+TINY = TINY_HUBSTYLE
 
 
 def _config(**text_overrides):

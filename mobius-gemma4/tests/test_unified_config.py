@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from reference.paths import SHARED_CONFIGS
 
 from mobius.errors import ConfigError
 from mobius.records import BuildOptions
@@ -17,7 +17,7 @@ from mobius_gemma4.unified.processor import UnifiedAudioFrames, UnifiedImageProc
 
 pytestmark = pytest.mark.l1
 
-CONFIG_12B = Path("/work/shared/fixtures/configs/gemma-4-12B-it.json")
+CONFIG_12B = SHARED_CONFIGS / "gemma-4-12B-it.json"
 
 
 def _raw() -> dict:

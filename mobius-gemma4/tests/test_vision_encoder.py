@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 import pytest
+from reference.paths import TINY_HUBSTYLE
 
 from mobius.records import BuildOptions
 from mobius.weights import bind
@@ -18,13 +19,7 @@ from mobius_gemma4.vision import (
     vision_weight_plan,
 )
 
-TINY = (
-    Path(__file__).resolve().parents[2].parent
-    / "shared"
-    / "fixtures"
-    / "configs"
-    / "tiny-hubstyle.json"
-)
+TINY = TINY_HUBSTYLE
 
 
 def _raw() -> dict:

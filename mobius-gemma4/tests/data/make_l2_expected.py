@@ -1,6 +1,6 @@
 """One-off: compute the L2 expectations with HF transformers 5.24 on the meta device.
 
-Run: /work/venv/bin/python mobius-gemma4/tests/data/make_l2_expected.py
+Run: python mobius-gemma4/tests/data/make_l2_expected.py
 Writes l2_expected.json next to this file. The L2 test itself never imports torch.
 
 Counting rules (matching how the mobius graphs hold weights):

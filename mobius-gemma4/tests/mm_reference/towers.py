@@ -14,14 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from reference.paths import TINY_HUBSTYLE
 
-TINY = (
-    Path(__file__).resolve().parents[3].parent
-    / "shared"
-    / "fixtures"
-    / "configs"
-    / "tiny-hubstyle.json"
-)
+TINY = TINY_HUBSTYLE
 
 
 def tiny_raw(**overrides: Any) -> dict:

@@ -15,7 +15,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-# The text part of /work/shared/fixtures/configs/tiny-*.json (hub style).
+# The text part of ../shared/fixtures/configs/tiny-*.json (hub style).
 _BASE_TEXT: dict[str, Any] = {
     "model_type": "gemma4_text",
     "vocab_size": 1024,
