@@ -21,6 +21,7 @@ from conftest import write_tiny_checkpoint
 
 import mobius
 import mobius.package as package
+import mobius.package.writer as writer
 from mobius.errors import PackageError
 from mobius.plugins import PluginHost
 
@@ -65,7 +66,7 @@ def assert_disk_full_error(exc: PackageError, out: Path, file: str) -> None:
 def test_tensor_data_write_fails_half_way(
     checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = package._write_tensor
+    original = writer._write_tensor
 
     def half_then_full(f, tensor, digest):  # type: ignore[no-untyped-def]
         f.write(b"\0" * 8)
@@ -73,7 +74,7 @@ def test_tensor_data_write_fails_half_way(
         enospc()
         return original(f, tensor, digest)  # pragma: no cover - never reached
 
-    monkeypatch.setattr(package, "_write_tensor", half_then_full)
+    monkeypatch.setattr(writer, "_write_tensor", half_then_full)
     out = tmp_path / "out"
     with pytest.raises(PackageError) as info:
         mobius.build(str(checkpoint), str(out), host=host())
@@ -83,7 +84,7 @@ def test_tensor_data_write_fails_half_way(
 def test_graph_save_fails(
     checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(package.ir, "save", enospc)
+    monkeypatch.setattr(writer.ir, "save", enospc)
     out = tmp_path / "out"
     with pytest.raises(PackageError) as info:
         mobius.build(str(checkpoint), str(out), host=host())
@@ -98,7 +99,7 @@ def test_runtime_file_copy_fails(
 
     source = tmp_path / "tokenizer.json"
     source.write_text("{}")
-    monkeypatch.setattr(package.shutil, "copyfile", enospc)
+    monkeypatch.setattr(writer.shutil, "copyfile", enospc)
     out = tmp_path / "out"
     model = _bound_tiny_model(checkpoint)
     with pytest.raises(PackageError) as info:
@@ -147,7 +148,7 @@ def test_quota_and_file_size_limits_are_named_too(
     def fail(*args: object) -> None:
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(package, "_write_tensor", fail)
+    monkeypatch.setattr(writer, "_write_tensor", fail)
     out = tmp_path / "out"
     with pytest.raises(PackageError, match=f"{words} while writing model/model.onnx.data") as info:
         mobius.build(str(checkpoint), str(out), host=host())
@@ -161,7 +162,7 @@ def test_other_os_errors_are_not_reported_as_disk_full(
     def fail(*args: object) -> None:
         raise OSError(errno.EIO, "I/O error")
 
-    monkeypatch.setattr(package, "_write_tensor", fail)
+    monkeypatch.setattr(writer, "_write_tensor", fail)
     out = tmp_path / "out"
     with pytest.raises(OSError) as info:
         mobius.build(str(checkpoint), str(out), host=host())
@@ -176,7 +177,7 @@ def test_cli_prints_the_disk_full_error_short(
 
     from mobius.cli import make_app
 
-    monkeypatch.setattr(package, "_write_tensor", enospc)
+    monkeypatch.setattr(writer, "_write_tensor", enospc)
     out = tmp_path / "out"
     result = CliRunner().invoke(
         make_app(), ["build", str(checkpoint), str(out)], obj={"host": host()}

@@ -54,7 +54,7 @@ tests, source, out, point, markers, mode, *extra = sys.argv[1:]
 sys.path.insert(0, tests)
 
 import mobius
-import mobius.package as package
+import mobius.package.writer as package
 from mobius.plugins import PluginHost
 from plugins_for_tests import tinytest
 

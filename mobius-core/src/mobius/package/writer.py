@@ -1,12 +1,4 @@
-"""The model package format: an atomic, streamed writer, a reader and a verifier.
-
-Layout (ARCHITECTURE §4)::
-
-    OUT/
-      mobius.json               manifest (format_version, contract, components, files, ...)
-      decoder/model.onnx        graph; initializers of 1 KiB or more are external
-      decoder/model.onnx.data   tensor data, each tensor 64-byte aligned
-      genai_config.json, tokenizer.json, ...   runtime files
+"""Writing a package: an atomic, streamed writer (see :mod:`mobius.package`).
 
 Why the writer lays out external data itself instead of ``ir.save(...,
 external_data=...)``: it takes one lazy tensor at a time, writes it, hashes it and
@@ -40,28 +32,23 @@ import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import IO, Any, Protocol
 
 import numpy as np
 import onnx_ir as ir
 
-from mobius.errors import ContractError, PackageError
+from mobius.errors import PackageError
+from mobius.package.manifest import (
+    ALIGNMENT,
+    DATA_NAME,
+    FORMAT_VERSION,
+    INLINE_LIMIT,
+    MANIFEST_NAME,
+    MODEL_NAME,
+    _sha256_size,
+)
 from mobius.records import RuntimeFile
-
-if TYPE_CHECKING:
-    from mobius.contract import Contract
-
-MANIFEST_NAME = "mobius.json"
-FORMAT_VERSION = 1
-MODEL_NAME = "model.onnx"
-DATA_NAME = "model.onnx.data"
-ALIGNMENT = 64
-"""Byte alignment of every tensor in external data (friendly to memory-mapped loads)."""
-
-INLINE_LIMIT = 1024
-"""Tensors smaller than this many bytes are stored inside ``model.onnx`` (see ``_inline``)."""
 
 _RESERVED_KEYS = ("format_version", "components", "files")
 _TEMP_KINDS = ("tmp", "old")
@@ -77,7 +64,6 @@ _NO_ROOM = {
 }
 """errno of a write that failed for lack of room -> (what, fix)."""
 _COMPONENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-_CHUNK = 8 * 1024 * 1024
 CHUNK_BYTES = 64 * 1024 * 1024
 """Bytes per chunk when a tensor is streamed (and the size above which it is)."""
 _chunk_bytes = contextvars.ContextVar("mobius_package_chunk_bytes", default=CHUNK_BYTES)
@@ -104,20 +90,6 @@ class _Progress(Protocol):
     def tensor_written(self, component: str, name: str, nbytes: int) -> None: ...
     def component_finished(self, name: str) -> None: ...
     def message(self, text: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class Package:
-    """A package read from disk."""
-
-    root: Path
-    manifest: dict[str, Any]
-    contract: Contract
-    components: dict[str, Path]
-    """Component name -> path of its ``model.onnx``."""
-
-
-# --------------------------------------------------------------------------- writing
 
 
 def write_package(
@@ -503,150 +475,3 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
-
-
-def _sha256_size(path: Path) -> tuple[str, int]:
-    """sha256 hex and size of a file, read into one buffer no larger than the file."""
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb", buffering=0) as f:
-        buffer = bytearray(max(1, min(_CHUNK, os.fstat(f.fileno()).st_size)))
-        view = memoryview(buffer)
-        while n := f.readinto(buffer):
-            digest.update(view[:n])
-            size += n
-    return digest.hexdigest(), size
-
-
-# --------------------------------------------------------------------------- reading
-
-
-def _read_manifest(root: Path) -> dict[str, Any]:
-    if not root.is_dir():
-        raise PackageError(
-            "package folder does not exist",
-            where=str(root),
-            fix="pass the folder `mobius build` wrote",
-        )
-    path = root / MANIFEST_NAME
-    if not path.is_file():
-        raise PackageError(
-            f"package has no {MANIFEST_NAME}",
-            where=str(root),
-            fix="this is not a mobius package (or an unfinished one): rebuild it with mobius build",
-        )
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PackageError(
-            f"{MANIFEST_NAME} is not valid JSON ({exc})",
-            where=str(path),
-            fix="rebuild the package with mobius build",
-        ) from exc
-    if not isinstance(manifest, dict):
-        raise PackageError(
-            f"{MANIFEST_NAME} is not a JSON object", where=str(path), fix="rebuild the package"
-        )
-    version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
-        raise PackageError(
-            f"unknown package format_version {version!r} (this mobius reads {FORMAT_VERSION})",
-            where=str(path),
-            fix="rebuild the package with this mobius, or install the mobius that wrote it",
-        )
-    components = manifest.get("components")
-    if not isinstance(components, dict) or not all(
-        isinstance(v, dict) and isinstance(v.get("path"), str) for v in components.values()
-    ):
-        raise PackageError(
-            f"{MANIFEST_NAME} has no valid components table",
-            where=str(path),
-            fix="rebuild the package with mobius build",
-        )
-    return manifest
-
-
-def _inside(root: Path, rel: str) -> Path:
-    parts = PurePosixPath(rel).parts
-    if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
-        raise PackageError(
-            f"manifest path {rel!r} leaves the package folder",
-            where=str(root / MANIFEST_NAME),
-            fix="rebuild the package; do not trust this one",
-        )
-    return root.joinpath(*parts)
-
-
-def read_package(path: str | os.PathLike[str]) -> Package:
-    """Read a package's manifest and contract; PackageError if it is not a valid package."""
-    from mobius.contract import Contract
-
-    root = Path(path).absolute()
-    manifest = _read_manifest(root)
-    components = {
-        name: _inside(root, entry["path"]) for name, entry in manifest["components"].items()
-    }
-    try:
-        contract = Contract.from_dict(manifest.get("contract") or {})
-    except (ContractError, KeyError, TypeError, ValueError) as exc:
-        reason = exc.what if isinstance(exc, ContractError) else f"{type(exc).__name__}: {exc}"
-        raise PackageError(
-            f"the contract in {MANIFEST_NAME} cannot be read ({reason})",
-            where=str(root / MANIFEST_NAME),
-            fix="rebuild the package with mobius build",
-        ) from exc
-    return Package(root=root, manifest=manifest, contract=contract, components=components)
-
-
-def verify_package(path: str | os.PathLike[str]) -> list[str]:
-    """Every problem found in a package: unreadable manifest, missing or altered files
-    (sha256 and size against the manifest), and contract violations against the graphs.
-    An empty list means the package is intact.
-    """
-    try:
-        package = read_package(path)
-    except PackageError as exc:
-        return [exc.render()]
-    root = package.root
-    problems: list[str] = []
-    checks: list[tuple[str, str | None, int | None]] = []
-    for entry in package.manifest["components"].values():
-        checks.append((entry["path"], entry.get("sha256"), entry.get("model_size")))
-        if isinstance(entry.get("data"), str):
-            checks.append((entry["data"], entry.get("data_sha256"), entry.get("data_size")))
-    for rel, entry in (package.manifest.get("files") or {}).items():
-        entry = entry if isinstance(entry, dict) else {}
-        checks.append((rel, entry.get("sha256"), entry.get("size")))
-    for rel, sha, size in checks:
-        try:
-            file = _inside(root, rel)
-        except PackageError as exc:
-            problems.append(exc.what)
-            continue
-        if not file.is_file():
-            problems.append(f"{rel}: missing")
-            continue
-        actual_sha, actual_size = _sha256_size(file)
-        if size is not None and actual_size != size:
-            problems.append(f"{rel}: size {actual_size} bytes, manifest says {size}")
-        if sha is None:
-            problems.append(f"{rel}: no sha256 in the manifest")
-        elif actual_sha != sha:
-            problems.append(f"{rel}: sha256 {actual_sha} does not match the manifest ({sha})")
-
-    graphs: dict[str, ir.Model] = {}
-    for name, model_path in package.components.items():
-        if not model_path.is_file():
-            continue  # reported above
-        try:
-            graphs[name] = ir.load(model_path)  # external data stays on disk
-        except Exception as exc:
-            problems.append(f"{name}: {model_path.name} cannot be loaded ({exc})")
-    if len(graphs) == len(package.components):
-        from mobius.contract import validate
-
-        try:
-            validate(package.contract, graphs)
-        except ContractError as exc:
-            problems.append(f"contract: {exc.what}")
-    return problems
