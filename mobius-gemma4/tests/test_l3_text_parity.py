@@ -8,7 +8,7 @@ HF no-cache float32 forward over all 40 tokens (causal, so position t equals
 what a cache-based run sees at step t; test_hf_cache_equals_full_forward pins
 that equivalence on the HF side).
 
-Bars (reference gemma4.md §13): f32 max|Δ logits| ≤ 1e-4 (aim 1e-5) and 100 %
+Bars (docs/gemma4.md §13): f32 max|Δ logits| ≤ 1e-4 (aim 1e-5) and 100 %
 top-1; f16 / bf16 top-1 ≥ 99 %, where a position whose reference top-1/top-2
 margin is inside the dtype's noise (``TIE``) counts as agreeing if the package's
 pick is within that margin of the reference maximum — a random tiny model has

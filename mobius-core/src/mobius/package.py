@@ -1,6 +1,6 @@
 """The model package format: an atomic, streamed writer, a reader and a verifier.
 
-Layout (ARCHITECTURE §4)::
+Layout (docs/architecture.md §4)::
 
     OUT/
       mobius.json               manifest (format_version, contract, components, files, ...)
