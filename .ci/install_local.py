@@ -240,16 +240,19 @@ def extract_release(name: str, entry: dict, dest_root: Path) -> Path:
 
 
 def link_shared(dest_root: Path) -> None:
-    """Give an extracted tree the ``shared/`` folder the working tree has beside it.
+    """Give an extracted tree the ``shared/fixtures/configs`` folder its tests look for.
 
-    Why: tests find the real model configs at ``<repository>/../shared/fixtures``,
-    outside the repository; a release extracted to ``dest_root/NAME`` looks for
-    ``dest_root/shared``, so that becomes a link to the working tree's neighbour.
+    Why: the tests of releases up to 0.1.0 read the full-size model configs at
+    ``<checkout>/../shared/fixtures/configs``, outside the repository; a release
+    extracted to ``dest_root/NAME`` looks for ``dest_root/shared/fixtures/configs``,
+    so that becomes a link to this working tree's own copy, ``testdata/configs``
+    (the same files; see its PROVENANCE.md). Nothing outside the repository is used.
     """
-    outside = ROOT.parent / "shared"
-    link = dest_root / "shared"
-    if outside.is_dir() and not link.exists() and not link.is_symlink():
-        link.symlink_to(outside, target_is_directory=True)
+    inside = ROOT / "testdata" / "configs"
+    link = dest_root / "shared" / "fixtures" / "configs"
+    if inside.is_dir() and not link.exists() and not link.is_symlink():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(inside, target_is_directory=True)
 
 
 def lowest_pin(dist: str, wanted: dict[str, set[str]], folders: dict[str, Path]) -> str:

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-CONFIGS = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "configs"
+CONFIGS = Path(__file__).resolve().parents[1] / "testdata" / "configs"
 SHARD_BYTES = 2 * 1024**3
 GiB = 1024**3
 

@@ -28,7 +28,7 @@ with tiny vision and audio towers (:data:`VISION_CONFIG`, :data:`AUDIO_CONFIG`),
 70-soft-token image budget, and a tokenizer whose added special tokens also hold the
 image / audio / video begin, placeholder and end strings at the ids ``config.json``
 names (:data:`MM_SPECIAL`): onnxruntime-genai builds its media prompts from those
-strings (reference gemma4.md §10). The tower clip bounds (±inf at init) get finite
+strings (docs/gemma4.md §10). The tower clip bounds (±inf at init) get finite
 values that bite. The text-only output is unchanged by this mode.
 
 ``--media`` writes the small inputs of image and audio prompts: ``tiny.png`` (192×144

@@ -1,4 +1,4 @@
-"""ARCHITECTURE §1's dependency rules, enforced on the source tree and at import time.
+"""docs/architecture.md §1's dependency rules, enforced on the source tree and at import time.
 
 - torch and transformers are never imported by mobius-core, mobius-gemma4 or
   mobius-runtime (not even lazily inside a function): building and running a model

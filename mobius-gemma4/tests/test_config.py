@@ -1,18 +1,16 @@
-"""Config reading: both JSON shapes, HF 5.24 defaults, rejections, the §1.1 variant table."""
+"""Config reading: both JSON shapes, HF 5.24 defaults, rejections, the variant table of docs/gemma4.md §1."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from reference.paths import SHARED_CONFIGS
+from reference.paths import CONFIGS
 
 from mobius.errors import ConfigError
 from mobius_gemma4.config import FULL, SLIDING, read_config, read_text_config
 
 pytestmark = pytest.mark.l1  # config reading is the first stage of a build
-
-CONFIGS = SHARED_CONFIGS
 
 
 def _load(name: str) -> dict:

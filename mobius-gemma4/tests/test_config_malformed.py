@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 import pytest
-from reference.paths import SHARED_CONFIGS
+from reference.paths import CONFIGS
 
 from mobius.errors import ConfigError
 from mobius_gemma4 import config_fields as cf
@@ -23,7 +23,6 @@ from mobius_gemma4.vision.config import read_vision_config
 
 pytestmark = pytest.mark.l1  # config reading is the first stage of a build
 
-CONFIGS = SHARED_CONFIGS
 TINY = json.loads((CONFIGS / "tiny-hubstyle.json").read_text())
 
 

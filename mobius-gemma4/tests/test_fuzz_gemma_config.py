@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reference.paths import SHARED_CONFIGS
+from reference.paths import CONFIGS
 
 from mobius.errors import MobiusError
 from mobius_gemma4.audio.config import read_audio_config
@@ -69,9 +69,9 @@ TINY_TEXT: dict[str, Any] = {
     "final_logit_softcapping": 30.0,
     "eos_token_id": [1, 106],
 }
-"""A self-contained tiny text config (the shared fixtures are added when present)."""
+"""A self-contained tiny text config (the full-size configs of testdata/configs are added to it)."""
 
-FIXTURES = SHARED_CONFIGS
+FIXTURES = CONFIGS
 
 
 def _bases() -> list[tuple[str, dict[str, Any]]]:
@@ -79,11 +79,11 @@ def _bases() -> list[tuple[str, dict[str, Any]]]:
         ("gemma4_text", TINY_TEXT),
         ("gemma4", {"model_type": "gemma4", "text_config": TINY_TEXT}),
     ]
-    if FIXTURES.is_dir():
-        for path in sorted(FIXTURES.glob("*.json")):
-            raw = json.loads(path.read_text())
-            if raw.get("model_type") in ("gemma4", "gemma4_text"):
-                bases.append((raw["model_type"], raw))
+    for path in sorted(FIXTURES.glob("*.json")):
+        raw = json.loads(path.read_text())
+        if raw.get("model_type") in ("gemma4", "gemma4_text"):
+            bases.append((raw["model_type"], raw))
+    assert len(bases) > 2, f"no gemma4 configs under {FIXTURES}"
     return bases
 
 

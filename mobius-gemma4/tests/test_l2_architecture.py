@@ -18,7 +18,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 import pytest
-from reference.paths import SHARED_CONFIGS
+from reference.paths import CONFIGS
 
 from mobius.records import BuildOptions
 from mobius_gemma4.build import build_component
@@ -27,7 +27,6 @@ from mobius_gemma4.plugin import mobius_read_config
 
 pytestmark = pytest.mark.l2
 
-CONFIGS = SHARED_CONFIGS
 EXPECTED = json.loads((Path(__file__).parent / "data" / "l2_expected.json").read_text())
 
 

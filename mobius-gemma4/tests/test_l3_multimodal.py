@@ -54,7 +54,7 @@ def _image(h: int, w: int, seed: int) -> np.ndarray:
 
 def _pixels(images: list[np.ndarray], max_patches: int = 126):
     """Patches of each image at native size (sides multiples of 48: no resize), padded
-    with zero pixels and (−1, −1) positions to ``max_patches`` (reference §13 fixture)."""
+    with zero pixels and (−1, −1) positions to ``max_patches`` (docs/gemma4.md §13 fixture)."""
     from mobius_gemma4.vision import Gemma4ImageProcessor, ImageBatch
 
     proc = Gemma4ImageProcessor(patch_size=16, pooling_kernel_size=3, max_soft_tokens=70)

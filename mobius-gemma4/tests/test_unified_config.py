@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from reference.paths import SHARED_CONFIGS
+from reference.paths import CONFIGS
 
 from mobius.errors import ConfigError
 from mobius.records import BuildOptions
@@ -17,7 +17,7 @@ from mobius_gemma4.unified.processor import UnifiedAudioFrames, UnifiedImageProc
 
 pytestmark = pytest.mark.l1
 
-CONFIG_12B = SHARED_CONFIGS / "gemma-4-12B-it.json"
+CONFIG_12B = CONFIGS / "gemma-4-12B-it.json"
 
 
 def _raw() -> dict:

@@ -70,28 +70,10 @@ def test_matches_hf_pil_backend_exactly(max_soft_tokens: int) -> None:
     np.testing.assert_array_equal(ours.pixel_values, hf["pixel_values"])
 
 
-@pytest.mark.reference
-@pytest.mark.l3
-def test_matches_hf_default_backend_within_tolerance() -> None:
-    """HF's default (torchvision) backend resizes in float with its own antialias kernel.
-
-    Shapes, token counts and positions are identical; pixels agree within 0.1 max
-    and 0.01 mean (|Δ| in [0, 1] units), images that need no resize exactly.
-    """
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("torchvision")
-    from transformers.models.gemma4.image_processing_gemma4 import Gemma4ImageProcessor as HF
-
-    images = [_image(h, w, 10 + i) for i, (h, w) in enumerate(SIZES)]
-    hf = HF(max_soft_tokens=280)([np.ascontiguousarray(im) for im in images], return_tensors="np")
-    ours = Gemma4ImageProcessor(max_soft_tokens=280)(images)
-    assert ours.pixel_values.shape == hf["pixel_values"].shape
-    assert list(ours.num_soft_tokens) == list(hf["num_soft_tokens_per_image"])
-    np.testing.assert_array_equal(ours.pixel_position_ids, hf["image_position_ids"])
-    diff = np.abs(ours.pixel_values - np.asarray(hf["pixel_values"]))
-    print(
-        f"image patches vs HF torchvision backend: max|Δ| {diff.max():.3g}, mean {diff.mean():.3g}"
-    )
-    assert diff.mean() <= 0.01 and diff.max() <= 0.1 + 1e-6
-    assert np.array_equal(ours.pixel_values[8], hf["pixel_values"][8])  # 768x768: no resize
+# No comparison with HF's torchvision backend (``Gemma4ImageProcessor``): no env can
+# install a torchvision that works with the CPU torch 2.13.0 wheel. torchvision 0.28.0,
+# the release paired with torch 2.13.0, exists on PyPI only as a CUDA build; beside
+# torch 2.13.0+cpu its import fails ("operator torchvision::nms does not exist"), and
+# once installed transformers imports it even for the PIL backend, breaking the test
+# above (checked with pip download --no-deps torchvision==0.28.0 and a --target install).
+# HF's PIL backend is the one ours matches exactly, and the one the test above pins.

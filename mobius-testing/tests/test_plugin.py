@@ -205,3 +205,50 @@ def test_golden_dir_option_points_elsewhere(pytester):
     (pytester.path / "goldens").rename(pytester.path / "elsewhere")
     result = pytester.runpytest("--device", "cpu", "--golden-dir", "elsewhere")
     result.assert_outcomes(passed=2)
+
+
+# ---------------------------------------------------------------------- lane summary
+
+
+def test_summary_counts_the_case_items_that_ran(pytester):
+    make_case_project(pytester)
+    result = pytester.runpytest("--device", "cpu")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        ["*mobius golden cases*", "2 of 2 selected case item(s) ran; 0 skipped, 0 deselected*"]
+    )
+    assert "NO GOLDEN CASE RAN" not in result.stdout.str()
+
+
+def test_a_lane_whose_cases_all_skip_says_no_case_ran(pytester, monkeypatch):
+    make_case_project(pytester, goldens=False)
+    step_summary = pytester.path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    result = pytester.runpytest("--device", "cpu")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(
+        [
+            "NO GOLDEN CASE RAN: 0 of 2 selected case item(s) ran; 2 skipped, 0 deselected*",
+            "  1 skipped: no L4 golden at*",
+            "  1 skipped: no L5 golden at*",
+            "*this run checked no model against a golden*",
+        ]
+    )
+    text = step_summary.read_text()
+    assert text.startswith("### mobius golden cases\n") and "- NO GOLDEN CASE RAN: 0 of 2" in text
+
+
+def test_a_lane_whose_keyword_matches_no_case_says_no_case_ran(pytester):
+    make_case_project(pytester)
+    result = pytester.runpytest("--device", "cpu", "-k", "large")
+    result.assert_outcomes(deselected=2)
+    result.stdout.fnmatch_lines(
+        ["NO GOLDEN CASE RAN: 0 of 0 selected case item(s) ran; 0 skipped, 2 deselected*"]
+    )
+
+
+def test_no_case_files_no_case_summary(pytester):
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--device", "cpu")
+    result.assert_outcomes(passed=1)
+    assert "mobius golden cases" not in result.stdout.str()

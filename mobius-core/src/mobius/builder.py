@@ -1,4 +1,4 @@
-"""The build pipeline: checkpoint in, model package out (ARCHITECTURE §8).
+"""The build pipeline: checkpoint in, model package out (docs/architecture.md §5).
 
     open checkpoint (firstresult)  -> owner of config["model_type"]
     -> mobius_read_config          -> typed config

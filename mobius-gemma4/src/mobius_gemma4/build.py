@@ -3,7 +3,7 @@
 ``--target default`` builds the portable ONNX ``Attention`` + ``RotaryEmbedding`` graph.
 ``cpu`` / ``cuda`` put com.microsoft GroupQueryAttention on every text layer it expresses
 exactly (window on sliding layers, each type's own RoPE applied before it, KV consumers
-reading the producer's cache; reference §9, trap T6) and keep ``Attention`` elsewhere —
+reading the producer's cache; docs/gemma4.md §9, trap T6) and keep ``Attention`` elsewhere —
 see :func:`mobius_gemma4.text.attention.attention_paths`; the build logs the split.
 """
 

@@ -1,6 +1,6 @@
 """Typed, frozen Gemma 4 configs read from raw ``config.json`` (never through transformers).
 
-Both shapes of the same information resolve to identical configs (reference §2):
+Both shapes of the same information resolve to identical configs (docs/gemma4.md §2):
 hub style (``global_head_dim`` / ``num_global_key_value_heads``) and the
 ``per_layer_config`` style transformers >= 5.15 writes. Missing keys take the
 defaults of HF transformers 5.24 (``Gemma4TextConfig``), so a tiny config that omits
@@ -29,7 +29,7 @@ DEFAULT_ROPE: dict[str, dict[str, Any]] = {
 
 @dataclass(frozen=True)
 class RopeParams:
-    """RoPE of one layer type: ``default`` or ``proportional`` (reference §3.3)."""
+    """RoPE of one layer type: ``default`` or ``proportional`` (docs/gemma4.md §3.3)."""
 
     rope_type: str
     rope_theta: float
@@ -39,7 +39,7 @@ class RopeParams:
 
 @dataclass(frozen=True)
 class Gemma4TextConfig:
-    """The text decoder of Gemma 4, with per-layer geometry resolved (reference §2.2)."""
+    """The text decoder of Gemma 4, with per-layer geometry resolved (docs/gemma4.md §2.2)."""
 
     vocab_size: int
     hidden_size: int
@@ -88,7 +88,7 @@ class Gemma4TextConfig:
         return i >= self.first_kv_shared_layer
 
     def kv_producer(self, i: int) -> int:
-        """The layer whose post-update K/V a consumer layer ``i`` reads (reference §3.4)."""
+        """The layer whose post-update K/V a consumer layer ``i`` reads (docs/gemma4.md §3.4)."""
         t = self.layer_types[i]
         owners = [j for j in range(self.first_kv_shared_layer) if self.layer_types[j] == t]
         return owners[-1]
@@ -139,7 +139,7 @@ class Gemma4Config:
 
     @property
     def placeholder_token_ids(self) -> tuple[int, ...]:
-        """Image, video and audio placeholders, mapped to pad before lookups (reference §3.1)."""
+        """Image, video and audio placeholders, mapped to pad before lookups (docs/gemma4.md §3.1)."""
         ids = (self.image_token_id, self.video_token_id, self.audio_token_id)
         return tuple(i for i in ids if i is not None)
 
@@ -212,7 +212,7 @@ def _overrides(
 ) -> dict[int, tuple[Mapping[str, Any], str]]:
     """Per-layer ``head_dim`` / ``num_key_value_heads`` overrides and where each came from.
 
-    ``per_layer_config`` wins when present (reference §2.1); otherwise full layers take
+    ``per_layer_config`` wins when present (docs/gemma4.md §2.1); otherwise full layers take
     ``global_head_dim`` (default 512, null → ``head_dim``) and, with k_eq_v,
     ``num_global_key_value_heads``.
     """
@@ -447,7 +447,7 @@ def read_config(model_type: str, raw: Mapping[str, Any]) -> Gemma4Config:
 
 
 def embed_scale(hidden: int, dtype: str) -> float:
-    """``sqrt(hidden)`` rounded to the build dtype like HF's weight-dtype buffer (reference §3.1)."""
+    """``sqrt(hidden)`` rounded to the build dtype like HF's weight-dtype buffer (docs/gemma4.md §3.1)."""
     import numpy as np
 
     value = np.float32(math.sqrt(hidden))

@@ -1,4 +1,4 @@
-"""The pipeline contracts of Gemma 4 text packages (ARCHITECTURE §3, reference §8).
+"""The pipeline contracts of Gemma 4 text packages (docs/architecture.md §3, docs/gemma4.md §8).
 
 - ``gemma4_text``: one ``model`` component; KV state loops ``present.{i}.* →
   past_key_values.{i}.*`` for cache-owning layers only, first fed ``[batch, kvh_i, 0, hd_i]``.
@@ -58,7 +58,7 @@ def _states(config: Gemma4Config, component: str):
 
 def _media_parts(config: Gemma4Config, dtype: str):
     """Encoder components, their edges into ``embedding``, caller externals and the
-    ``[0, H]`` zero fallbacks of the embedding's feature inputs (reference §8.3, §8.5)."""
+    ``[0, H]`` zero fallbacks of the embedding's feature inputs (docs/gemma4.md §8.3, §8.5)."""
     from mobius.contract import Component, Edge, ExternalInput, OptionalInput
 
     hidden = config.text.hidden_size

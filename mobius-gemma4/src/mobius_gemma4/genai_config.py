@@ -1,4 +1,4 @@
-"""Runtime files of a Gemma 4 package (reference §10): ``genai_config.json``, the
+"""Runtime files of a Gemma 4 package (docs/gemma4.md §10): ``genai_config.json``, the
 onnxruntime-extensions processor configs ``image_processor.json`` / ``audio_processor.json``
 of a multimodal package, and the checkpoint's tokenizer files (copied when present).
 

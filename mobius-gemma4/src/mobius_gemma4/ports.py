@@ -65,7 +65,7 @@ def vision_overlay(config: Gemma4Config) -> bool:
     """Sliding layers see whole image blocks (``use_bidirectional_attention = "vision"``).
 
     Only meaningful with a vision tower: without one no prompt can hold image tokens.
-    The decoder then derives block ids from ``input_ids`` in-graph (reference §4).
+    The decoder then derives block ids from ``input_ids`` in-graph (docs/gemma4.md §4).
     """
     return has_vision(config) and config.text.use_bidirectional_attention == "vision"
 

@@ -1,4 +1,4 @@
-"""Gemma 4 preprocessing (reference §1.2, §5.1, §6.1): chat layout, media, stop ids.
+"""Gemma 4 preprocessing (docs/gemma4.md §1, §5.1, §6.1): chat layout, media, stop ids.
 
 -it models: ``<bos><|turn>user\\n`` + one ``<|image|>`` per image + one ``<|audio|>`` per
 clip + text + ``<turn|>\\n<|turn>model\\n``; generation stops on the eos ids the
@@ -60,7 +60,7 @@ def max_soft_tokens(config: Gemma4Config) -> int:
 
 def image_preprocessor(config: Gemma4Config):
     """``images → {pixel_values, pixel_position_ids, num_soft_tokens}`` for this checkpoint."""
-    if config.model_type == "gemma4_unified":  # 48-px merged patches (reference §7)
+    if config.model_type == "gemma4_unified":  # 48-px merged patches (docs/gemma4.md §7)
         from mobius_gemma4.unified import vision_config_of
         from mobius_gemma4.unified.processor import UnifiedImageProcessor
 

@@ -28,9 +28,7 @@ from transformers import (
 )
 
 HERE = Path(__file__).parent
-CONFIGS = HERE.parents[2].parent / "shared" / "fixtures" / "configs"
-if not CONFIGS.exists():
-    CONFIGS = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "testdata" / "configs"
 CLASSES = {
     "gemma4": (Gemma4Config, Gemma4ForConditionalGeneration),
     "gemma4_unified": (Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration),

@@ -3,7 +3,7 @@
 Every tensor HF initialises to a constant (norm weights, position table,
 per_dim_scale, std_bias/std_scale, ±inf clip bounds) is perturbed so that a
 graph that drops one shows up as a difference; clip bounds are set so they bite
-(inputs ±U(1.5, 2.5), outputs ±U(0.1, 0.3), reference §13). Only called from
+(inputs ±U(1.5, 2.5), outputs ±U(0.1, 0.3), docs/gemma4.md §13). Only called from
 tests marked ``reference``: it imports torch and transformers.
 """
 

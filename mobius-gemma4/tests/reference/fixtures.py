@@ -11,7 +11,7 @@
 
 Every tensor that HF initialises to a constant (norm weights, router scale,
 per_expert_scale, layer_scalar, …) is perturbed so that a builder that drops one
-shows up as a logit difference (reference gemma4.md §13 "Fixtures").
+shows up as a logit difference (docs/gemma4.md §13 "Fixtures").
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def perturb_constants(model: Any, generator: Any) -> list[str]:
 
     Returns the names changed. Clip bounds of the towers' clippable linears (±inf at
     init) get finite values that bite: inputs ±U(1.5, 2.5), outputs ±U(0.1, 0.3)
-    (reference §13); text logits do not depend on them.
+    (docs/gemma4.md §13); text logits do not depend on them.
     """
     import torch
 

@@ -1,4 +1,4 @@
-"""Top-1 agreement for half-precision parity (reference gemma4.md §13 bars).
+"""Top-1 agreement for half-precision parity (docs/gemma4.md §13 bars).
 
 A random tiny model has near-ties that an f16 / bf16 build cannot resolve: a position
 whose reference top-1/top-2 margin is inside the dtype's noise (``TIE``) counts as

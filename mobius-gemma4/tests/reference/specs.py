@@ -6,7 +6,7 @@ type the checkpoint is saved as. Sizes are tiny (V 1024, H 64) so a build and an
 HF forward take well under a second. Every config sets ``sliding_window`` 8 so the
 24-token prompts of the tests cross the window, and sets ``hidden_size_per_layer_input``
 and ``global_head_dim`` explicitly so reader defaults cannot hide a bug
-(reference gemma4.md §2.3).
+(docs/gemma4.md §2.3).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-# The text part of ../shared/fixtures/configs/tiny-*.json (hub style).
+# The text part of testdata/configs/tiny-*.json (hub style).
 _BASE_TEXT: dict[str, Any] = {
     "model_type": "gemma4_text",
     "vocab_size": 1024,

@@ -16,7 +16,9 @@ session), ``mobius_pipeline(package) -> mobius_runtime.Pipeline``, ``hf_referenc
 Case files (``*.case.toml``) anywhere under the test paths are collected as L4/L5
 items (see :mod:`mobius_testing.collect`); the plugin knows no model family.
 Low-confidence golden comparisons get their own outcome (``L`` /
-``LOW-CONFIDENCE``), a warning, and a summary section.
+``LOW-CONFIDENCE``), a warning, and a summary section. A session that collected case
+files ends with a ``mobius golden cases`` section (:mod:`mobius_testing.summary`):
+how many case items ran, and ``NO GOLDEN CASE RAN`` when none did.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class HarnessState:
     _builds: Any = None
     _pipelines: Any = None
     _references: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    cases: Any = None  # mobius_testing.summary.CaseTally, set at collection
 
     @property
     def device(self) -> str:
@@ -219,6 +222,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
 
 
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    from mobius_testing.collect import GoldenItem
+
+    golden = [i for i in items if isinstance(i, GoldenItem)]
+    if golden:
+        state = harness_state(golden[0].config)
+        state.cases = state.cases or _tally()
+        state.cases.deselected += len(golden)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    from mobius_testing.collect import GoldenItem
+
+    state = harness_state(session.config)
+    state.cases = state.cases or _tally()
+    state.cases.selected = [i.nodeid for i in session.items if isinstance(i, GoldenItem)]
+
+
+def _tally():
+    from mobius_testing.summary import CaseTally
+
+    return CaseTally()
+
+
 # ---------------------------------------------------------------------- reporting
 
 
@@ -236,6 +263,11 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is not None and state.cases is not None:
+        from mobius_testing.summary import write_terminal
+
+        write_terminal(terminalreporter, state.cases)
     low = terminalreporter.stats.get("low-confidence", [])
     if not low:
         return

@@ -135,6 +135,35 @@ def interruptible() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def info_messages(progress: RichProgress, enabled: bool) -> Iterator[None]:
+    """With ``enabled``, show INFO records of the ``mobius*`` loggers (core and plugins,
+    e.g. ``mobius_gemma4``) above the progress bars while the block runs.
+
+    Why: a family reports build decisions (the per-layer attention op split, unused
+    tensors) at info level; ``--verbose`` makes them visible without ``--debug``.
+    """
+    if not enabled:
+        yield
+        return
+    import logging
+
+    class ToProgress(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.name.split(".")[0].startswith("mobius"):
+                progress.message(f"{record.name}: {record.getMessage()}")
+
+    root = logging.getLogger()
+    handler, level = ToProgress(logging.INFO), root.level
+    root.addHandler(handler)
+    root.setLevel(min(level, logging.INFO) if level else logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
 def human_size(n: float) -> str:
     """Bytes in binary units, e.g. ``1.5 MiB``."""
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -162,6 +191,15 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--revision", help="Hub revision (branch, tag, sha).")
         ] = None,
         force: Annotated[bool, typer.Option("--force", help="Replace a non-empty OUT.")] = False,
+        verbose: Annotated[
+            bool,
+            typer.Option(
+                "--verbose",
+                "-v",
+                help="Also print the build's info messages (e.g. which attention op each "
+                "layer uses, checkpoint tensors left unused).",
+            ),
+        ] = False,
         debug: Annotated[bool, typer.Option("--debug", help=DEBUG_HELP)] = False,
     ) -> None:
         """Build SOURCE (a checkpoint) into a model package at OUT."""
@@ -169,7 +207,7 @@ def register(app: typer.Typer) -> None:
             from mobius.builder import build as run_build
 
             host = get_host(ctx)
-            with RichProgress() as progress:
+            with RichProgress() as progress, info_messages(progress, verbose):
                 result = run_build(
                     source,
                     out,

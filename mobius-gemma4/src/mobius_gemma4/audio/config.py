@@ -1,8 +1,8 @@
-"""``audio_config`` of a Gemma 4 checkpoint as a frozen record (reference §2.3, §6).
+"""``audio_config`` of a Gemma 4 checkpoint as a frozen record (docs/gemma4.md §2.3, §6).
 
 Every size the audio graph uses comes from here (heads, kernel, chunk, contexts,
 channels, cap, eps): an earlier converter hard-coded them and broke on other
-head counts (reference §12 T7). Missing keys take HF 5.24 defaults.
+head counts (docs/gemma4.md §12 T7). Missing keys take HF 5.24 defaults.
 """
 
 from __future__ import annotations

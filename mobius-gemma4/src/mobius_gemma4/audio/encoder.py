@@ -1,4 +1,4 @@
-"""The ``audio_encoder`` graph: Gemma 4 USM-style Conformer + ``embed_audio`` (reference §6.2, §9).
+"""The ``audio_encoder`` graph: Gemma 4 USM-style Conformer + ``embed_audio`` (docs/gemma4.md §6.2, §9).
 
 Inputs ``input_features [batch, time, mel]`` (model dtype) and
 ``input_features_mask bool [batch, time]`` (contiguous right padding); outputs
@@ -290,7 +290,7 @@ class _LinearBias(nn.Module):
 
 
 class AudioEmbedder(nn.Module):
-    """``embed_audio``: weightless RMSNorm (primitive ops, §9) then projection to H."""
+    """``embed_audio``: weightless RMSNorm (primitive ops, docs/gemma4.md §9) then projection to H."""
 
     def __init__(self, cfg: Gemma4AudioConfig, text_hidden_size: int, dtype: str) -> None:
         super().__init__("embed_audio")

@@ -1,4 +1,4 @@
-"""Gemma 4 audio feature extraction in numpy (reference §6.1; HF ``Gemma4AudioFeatureExtractor``).
+"""Gemma 4 audio feature extraction in numpy (docs/gemma4.md §6.1; HF ``Gemma4AudioFeatureExtractor``).
 
 16 kHz mono → pad the batch to its longest item (rounded up to 128 samples,
 at most 30 s) → semicausal framing (160 zeros on the left, 321-sample windows,

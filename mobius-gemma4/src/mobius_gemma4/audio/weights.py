@@ -1,4 +1,4 @@
-"""Weight plan of the ``audio_encoder`` graph (reference §11).
+"""Weight plan of the ``audio_encoder`` graph (docs/gemma4.md §11).
 
 Initializer names are the checkpoint names without ``model.`` and without the
 ClippableLinear ``.linear`` level; linear weights are transposed to ``[in, out]``,

@@ -4,7 +4,7 @@ Per layer: q = RoPE(q_norm(q_proj(x))); cache owners add k = RoPE(k_norm(k_proj(
 v = v_norm(v_proj(x)) — or, on full layers of k_eq_v models, v = v_norm(raw k projection)
 (taken before k_norm and RoPE). Scale is 1.0 (q/k norms replace 1/sqrt(hd)).
 
-``Attention`` path (reference §9, every target): q/k rotated by ONNX ``RotaryEmbedding`` in
+``Attention`` path (docs/gemma4.md §9, every target): q/k rotated by ONNX ``RotaryEmbedding`` in
 BNSH, ``Attention`` appends K/V to the past with the boolean mask of the layer type; the
 softmax runs in float32 (``softmax_precision``) for half-precision builds. KV consumers take
 the producer's present K/V as plain K/V (no past, no cache write) with their own mask.
@@ -52,7 +52,7 @@ def attention_paths(
     for the build dtype, and the layer's mask is plain causal (+ window). ``overlay``
     (the multimodal decoder of a ``use_bidirectional_attention = "vision"`` model) puts
     the image-block overlay on sliding layers, which GQA cannot express, so those keep
-    ``Attention``; full layers are causal-only in HF even then (reference §4), except
+    ``Attention``; full layers are causal-only in HF even then (docs/gemma4.md §4), except
     with ``overlay_full_layers`` (``gemma4_unified``), where every layer keeps ``Attention``.
     """
     if target not in GQA_DTYPES:

@@ -1,4 +1,4 @@
-"""The single ``model`` graph (``gemma4_text``, reference §8.4).
+"""The single ``model`` graph (``gemma4_text``, docs/gemma4.md §8.4).
 
 input_ids → scaled embedding (+ PLE from raw ids) → layer stack → norm → head → softcap.
 A tied head reuses ``embed_tokens.weight`` through ``Gemm(transB=1)`` (one initializer);

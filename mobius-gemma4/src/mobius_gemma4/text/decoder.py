@@ -1,4 +1,4 @@
-"""The ``decoder`` graph of the split package (reference §8.1).
+"""The ``decoder`` graph of the split package (docs/gemma4.md §8.1).
 
 ``inputs_embeds`` (+ ``per_layer_inputs``) → layer stack → norm → ``lm_head`` → softcap.
 With the ``"vision"`` mask overlay it also takes ``input_ids`` to find image blocks.

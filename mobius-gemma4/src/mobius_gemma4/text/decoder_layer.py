@@ -1,4 +1,4 @@
-"""One Gemma 4 decoder layer (reference §3.7), HF ``Gemma4TextDecoderLayer`` op for op::
+"""One Gemma 4 decoder layer (docs/gemma4.md §3.7), HF ``Gemma4TextDecoderLayer`` op for op::
 
 h = h + post_attention_layernorm(attn(input_layernorm(h)))
 r = h; f = mlp(pre_feedforward_layernorm(h))
@@ -28,7 +28,7 @@ class Gemma4DecoderLayer(nn.Module):
         H, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.i, self.cfg = i, cfg
         self.self_attn = Gemma4Attention(cfg, i, dtype, path)
-        # GeGLU, width doubled on KV consumers of double-wide models (reference §3.5)
+        # GeGLU, width doubled on KV consumers of double-wide models (docs/gemma4.md §3.5)
         self.mlp = GatedMLP(H, cfg.mlp_width(i), "gelu_tanh", dtype=dtype)
         self.input_layernorm = RMSNorm(H, eps, dtype=dtype)
         self.post_attention_layernorm = RMSNorm(H, eps, dtype=dtype)

@@ -1,4 +1,4 @@
-"""The ``embedding`` graph of the split package (reference §8.2), run at every step.
+"""The ``embedding`` graph of the split package (docs/gemma4.md §8.2), run at every step.
 
 ``input_ids`` → placeholders (image/video/audio) mapped to ``pad_token_id`` as HF's
 ``Gemma4Model`` does → scaled ``embed_tokens`` lookup → ``inputs_embeds``; with PLE also

@@ -1,4 +1,4 @@
-"""Boolean attention masks of the text decoder (reference §4), built in the graph.
+"""Boolean attention masks of the text decoder (docs/gemma4.md §4), built in the graph.
 
 Query ``i`` sits at cache index ``P + i`` (``P = total − S``), key ``j`` at ``j``.
 Full layers: ``j ≤ P + i``; sliding layers additionally ``j > P + i − W`` (W keys

@@ -1,4 +1,4 @@
-"""The MoE block of Gemma 4 (26B-A4B), run beside the dense MLP (reference §3.5).
+"""The MoE block of Gemma 4 (26B-A4B), run beside the dense MLP (docs/gemma4.md §3.5).
 
 Router (HF ``Gemma4TextRouter``): weightless RMSNorm of the residual stream, × ``scale`` ×
 ``H^-0.5``, projection to E logits, softmax in float32, top-k, renormalise, ×

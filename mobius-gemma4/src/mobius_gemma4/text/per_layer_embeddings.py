@@ -1,4 +1,4 @@
-"""Per-Layer Embeddings (PLE; E2B, E4B), reference §3.6.
+"""Per-Layer Embeddings (PLE; E2B, E4B), docs/gemma4.md §3.6.
 
 ``combine`` makes the packed ``[B, S, L·D_ple]`` per-layer input from token ids and the
 (merged) input embeddings: ``(RMSNorm_Dple(proj(emb) · H^-0.5) + E_ple[ids] · sqrt(D_ple))

@@ -1,6 +1,6 @@
 """Rotary position embedding of Gemma 4: default (sliding) and proportional (full) RoPE.
 
-``inv_freq`` is computed in numpy exactly as HF 5.24 does (reference §3.3):
+``inv_freq`` is computed in numpy exactly as HF 5.24 does (docs/gemma4.md §3.3):
 default ``θ^(−2j/hd)`` over the whole head; proportional ``θ^(−2j/hd)`` for
 ``j < int(p·hd/2)`` — the exponent denominator is the *full* head dim — zero-padded to
 ``hd/2`` and divided by ``factor``. Zero frequencies give cos = 1, sin = 0, so the

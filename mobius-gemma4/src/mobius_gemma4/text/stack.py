@@ -43,8 +43,7 @@ class Gemma4TextStack(nn.Module):
         self.cfg, self.dtype = cfg, dtype
         self.overlay_full_layers = overlay_full_layers
         self.paths = attention_paths(cfg, target, dtype, overlay, overlay_full_layers)
-        if target != "default":
-            log.info("target %s: %s", target, describe_paths(self.paths))
+        log.info("target %s: %s", target, describe_paths(self.paths))
         self.layers = nn.ModuleList(
             [Gemma4DecoderLayer(cfg, i, dtype, self.paths[i]) for i in range(cfg.num_hidden_layers)]
         )

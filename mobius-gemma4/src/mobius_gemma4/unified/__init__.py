@@ -1,10 +1,10 @@
 """Gemma 4 unified (12B, encoder-free): config readers, encoder graphs, weight plans, processors.
 
 - :func:`read_unified_config` → :class:`~mobius_gemma4.config.Gemma4Config` (model_type
-  ``gemma4_unified``; text as §3 without PLE, raw vision/audio embedder configs kept)
+  ``gemma4_unified``; text as docs/gemma4.md §3 without PLE, raw vision/audio embedder configs kept)
 - :func:`build_unified_vision_encoder` / :func:`build_unified_audio_encoder` → ``onnx_ir.Model``
 - :func:`unified_weight_plan` → ``mobius.weights.WeightPlan``
-- :class:`UnifiedImageProcessor` / :class:`UnifiedAudioFrames` (numpy preprocessing, §7)
+- :class:`UnifiedImageProcessor` / :class:`UnifiedAudioFrames` (numpy preprocessing, docs/gemma4.md §7)
 """
 
 from mobius_gemma4.unified.config import (

@@ -1,4 +1,4 @@
-"""Reading a ``gemma4_unified`` (Gemma 4 12B, encoder-free) ``config.json`` (reference §7).
+"""Reading a ``gemma4_unified`` (Gemma 4 12B, encoder-free) ``config.json`` (docs/gemma4.md §7).
 
 The text part is the Gemma 4 decoder of §3 read by :func:`mobius_gemma4.config.read_text_config`
 with the defaults of HF 5.24's ``Gemma4UnifiedTextConfig`` where they differ from

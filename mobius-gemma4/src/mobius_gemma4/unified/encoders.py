@@ -1,4 +1,4 @@
-"""The ``vision_encoder`` and ``audio_encoder`` graphs of a ``gemma4_unified`` package (§7).
+"""The ``vision_encoder`` and ``audio_encoder`` graphs of a ``gemma4_unified`` package (docs/gemma4.md §7).
 
 Gemma 4 12B has no vision or audio tower: HF's ``Gemma4UnifiedVisionEmbedder`` and the audio
 ``Gemma4UnifiedMultimodalEmbedder`` map raw inputs straight into the text width.
@@ -136,7 +136,7 @@ class VisionEmbedder(nn.Module):
     def forward(self, op: OpBuilder, pv: ir.Value, px: ir.Value, py: ir.Value) -> ir.Value:
         dt = self.dtype
         h = _back(op, self.patch_ln1(op, pv), pv, dt)
-        # f16: the Dense output overflows f16 (§7), so Dense + patch_ln2 stay in float32.
+        # f16: the Dense output overflows f16 (docs/gemma4.md §7), so Dense + patch_ln2 stay in float32.
         h = self.patch_dense(op, h, f32=dt == "float16")
         h = _back(op, self.patch_ln2(op, h), pv, dt)
         pos = op.Add(self._position(op, px, 0, h), self._position(op, py, 1, h))

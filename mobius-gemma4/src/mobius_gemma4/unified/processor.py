@@ -1,4 +1,4 @@
-"""Gemma 4 unified preprocessing in numpy (reference §7; HF ``Gemma4UnifiedImageProcessor``
+"""Gemma 4 unified preprocessing in numpy (docs/gemma4.md §7; HF ``Gemma4UnifiedImageProcessor``
 and ``Gemma4UnifiedAudioFeatureExtractor``).
 
 Images: RGB → the aspect-preserving resize of Gemma 4 (sides multiples of 48 within

@@ -1,4 +1,4 @@
-"""``vision_config`` of a Gemma 4 checkpoint as a frozen record (reference §2.3, §5).
+"""``vision_config`` of a Gemma 4 checkpoint as a frozen record (docs/gemma4.md §2.3, §5).
 
 Read from the raw JSON, never through transformers. Missing keys take the
 defaults of HF transformers 5.24 ``Gemma4VisionConfig`` so that a config that

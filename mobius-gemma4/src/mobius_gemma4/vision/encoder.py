@@ -1,4 +1,4 @@
-"""The ``vision_encoder`` graph: Gemma 4 vision tower + ``embed_vision`` (reference §5.2, §9).
+"""The ``vision_encoder`` graph: Gemma 4 vision tower + ``embed_vision`` (docs/gemma4.md §5.2, §9).
 
 Inputs ``pixel_values [batch, num_patches, 3·p²]`` (model dtype) and
 ``pixel_position_ids int64 [batch, num_patches, 2]`` ((−1, −1) marks padding);

@@ -65,7 +65,7 @@ def rms_norm_f32(
     """HF ``Gemma4RMSNorm`` in primitive ops: f32 statistics, ``x · (mean(x²) + eps)^-0.5 (· w)``.
 
     Written out (Pow −0.5 like HF) rather than as ``RMSNormalization`` so onnxruntime
-    cannot fuse it with a neighbouring bias into a kernel some EPs reject (§9).
+    cannot fuse it with a neighbouring bias into a kernel some EPs reject (docs/gemma4.md §9).
     """
     x32 = op.Cast(x, to=F32)
     ms = op.Add(op.ReduceMean(op.Mul(x32, x32), [-1], keepdims=1), op.Constant(value_float=eps))

@@ -1,4 +1,4 @@
-"""Gemma 4 image preprocessing in numpy (reference §5.1; HF ``Gemma4ImageProcessorPil``).
+"""Gemma 4 image preprocessing in numpy (docs/gemma4.md §5.1; HF ``Gemma4ImageProcessorPil``).
 
 RGB decode → aspect-preserving resize to the patch budget (sides multiples of
 ``pooling_kernel_size · patch_size``) → rescale by 1/255 (no normalisation: the

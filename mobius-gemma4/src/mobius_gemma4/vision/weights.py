@@ -1,4 +1,4 @@
-"""Weight plan of the ``vision_encoder`` graph (reference §11).
+"""Weight plan of the ``vision_encoder`` graph (docs/gemma4.md §11).
 
 Initializer names are the checkpoint names with the ``model.`` wrapper prefix and
 the ClippableLinear ``.linear`` level removed (``vision_tower.encoder.layers.0.

@@ -1,4 +1,4 @@
-"""Weight map of the Gemma 4 text graphs (reference §11).
+"""Weight map of the Gemma 4 text graphs (docs/gemma4.md §11).
 
 Initializer names are the HF parameter names with the wrapper prefix removed
 (``model.language_model.`` for ``gemma4``, ``model.`` for ``gemma4_text``). Linear
