@@ -345,7 +345,7 @@ def test_overflow_in_a_cast_to_float16_warns(tmp_path: Path) -> None:
 
 
 def test_non_finite_count_is_chunked_and_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(weights, "FINITE_CHECK_CHUNK", 7)
+    monkeypatch.setattr(weights.finite, "FINITE_CHECK_CHUNK", 7)
     array = np.ones((10, 10), np.float32)
     array[0, 0] = array[5, 5] = array[9, 9] = np.nan
     array[3, 1] = np.inf

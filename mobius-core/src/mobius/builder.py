@@ -3,7 +3,9 @@
     open checkpoint (firstresult)  -> owner of config["model_type"]
     -> mobius_read_config          -> typed config
     -> mobius_pipeline_contract    -> components + edges
-    -> per component: build -> optimize (every plugin) -> weight plan -> bind
+    -> per component: build -> optimize (every plugin) -> weight plan
+       -> [--quant: rewrite to MatMulNBits / GatherBlockQuantized, lazy quantize step]
+       -> bind
     -> validate(contract, graphs)
     -> runtime files -> write_package (atomic, streamed) -> OUT/
 
@@ -27,6 +29,7 @@ from mobius.progress import BuildProgress, NullProgress
 
 if TYPE_CHECKING:
     from mobius.plugins import PluginHost
+    from mobius.records import BuildOptions, QuantOptions
 
 log = logging.getLogger("mobius.builder")
 
@@ -60,28 +63,21 @@ def build(
     force: bool = False,
     progress: BuildProgress | None = None,
     host: PluginHost | None = None,
+    quant: str | QuantOptions | None = None,
 ) -> BuildResult:
     """Build ``source`` (a checkpoint folder or Hub id) into a package at ``out``.
 
     ``host`` defaults to the installed plugins; ``progress`` receives per-stage
-    messages and per-tensor writes. Raises a :class:`~mobius.errors.MobiusError`
-    subclass for anything a user can fix; OUT is untouched then.
+    messages and per-tensor writes. ``quant`` (``"int4"``, ``"int8"`` or a
+    :class:`~mobius.records.QuantOptions` for block size, symmetry, accuracy level and
+    excludes) makes a weight-only quantized package (``docs/quantization.md``).
+    Raises a :class:`~mobius.errors.MobiusError` subclass for anything a user can
+    fix; OUT is untouched then.
     """
-    from mobius.records import BuildOptions
-
     started = time.perf_counter()
     progress = progress or NullProgress()
     out_path = Path(out).expanduser()
-    try:
-        options = BuildOptions(dtype=dtype, target=target)
-    except ValueError as exc:
-        from mobius.errors import BuildError
-
-        raise BuildError(
-            str(exc),
-            where="build options",
-            fix="use --dtype f32|f16|bf16, --target default|cpu|cuda",
-        ) from exc
+    options = build_options(dtype, target, quant)
     refuse_existing_out(out_path, force=force)
 
     if host is None:
@@ -93,7 +89,8 @@ def build(
     if looks_local(source):
         from mobius.config import read_config_file
 
-        model_type, _ = read_config_file(source)
+        model_type, local_raw = read_config_file(source)
+        refuse_quantized_checkpoint(local_raw, source)
         host.owner(model_type)
 
     progress.message(f"opening {source}")
@@ -109,6 +106,7 @@ def build(
 
     raw = dict(checkpoint.raw_config)
     model_type = model_type_of(raw, where=f"{source}/config.json")
+    refuse_quantized_checkpoint(raw, source)
     owner = host.owner(model_type)
     owner_record = host.record(owner)
     progress.message(f"model_type {model_type}: plugin {owner}")
@@ -116,7 +114,7 @@ def build(
     config = host.read_config(model_type, raw)
     contract = host.pipeline_contract(model_type, config, options)
 
-    graphs, n_tensors, unused = _build_components(
+    graphs, n_tensors, unused, quant_reports = _build_components(
         host, model_type, config, contract, checkpoint, options, progress
     )
 
@@ -137,6 +135,10 @@ def build(
         # the raw config.json, so a runtime can rebuild the typed config for processors
         "config": raw,
     }
+    if options.quant is not None:
+        from mobius.quantization import manifest_entry
+
+        manifest["quantization"] = manifest_entry(options, quant_reports, graphs)
 
     from mobius.package import write_package
 
@@ -169,10 +171,12 @@ def _build_components(
     checkpoint: Any,
     options: Any,
     progress: BuildProgress,
-) -> tuple[dict[str, Any], int, tuple[str, ...]]:
-    """Build, optimize and bind every component; return graphs, tensor count, unused names."""
+) -> tuple[dict[str, Any], int, tuple[str, ...], dict[str, Any]]:
+    """Build, optimize, quantize (when asked) and bind every component; return graphs,
+    tensor count, unused names and the quantization report of each component."""
     from mobius.weights import bind
 
+    quant_reports: dict[str, Any] = {}
     graphs: dict[str, Any] = {}
     n_tensors = 0
     unused: set[str] | None = None
@@ -183,6 +187,13 @@ def _build_components(
         model = host.build_component(model_type, config, name, options)
         model = host.optimize_component(model, name, options.target)
         plan = host.weight_plan(model_type, config, name, checkpoint, options)
+        if options.quant is not None:
+            from mobius.quantization import quantize_component
+
+            overrides = host.quant_overrides(model_type, config, name, options)
+            plan, quant_reports[name] = quantize_component(
+                model, plan, options.quant, target=options.target, overrides=overrides
+            )
         report = bind(model, plan, checkpoint, component=name)
         n_tensors += report.bound
         this_unused = set(report.unused)
@@ -197,7 +208,52 @@ def _build_components(
         text = f"{len(leftover)} checkpoint tensor(s) used by no component: {shown}"
         log.info(text)
         progress.message(text)
-    return graphs, n_tensors, leftover
+    if options.quant is not None:
+        from mobius.quantization import unmatched_excludes
+
+        for glob in unmatched_excludes(options.quant, quant_reports.values()):
+            log.warning("--quant-exclude %r matched no quantizable tensor", glob)
+    return graphs, n_tensors, leftover, quant_reports
+
+
+def build_options(dtype: str, target: str, quant: str | QuantOptions | None) -> BuildOptions:
+    """Checked :class:`~mobius.records.BuildOptions`; a BuildError naming every problem."""
+    from mobius.errors import BuildError
+    from mobius.records import BuildOptions, QuantOptions
+
+    try:
+        if isinstance(quant, str):
+            quant = QuantOptions(method=quant)
+        options = BuildOptions(dtype=dtype, target=target, quant=quant)
+    except ValueError as exc:
+        raise BuildError(
+            str(exc),
+            where="build options",
+            fix="use --dtype f32|f16|bf16, --target default|cpu|cuda, --quant int4|int8, "
+            "--block-size 16|32|64|128|256, --accuracy-level 0..4",
+        ) from exc
+    if quant is not None and dtype == "bf16" and target == "cpu":
+        raise BuildError(
+            f"--quant {quant.method} with --dtype bf16 cannot run on --target cpu: "
+            "onnxruntime's CPU MatMulNBits / GatherBlockQuantized have no bfloat16 kernels",
+            where="build options",
+            fix="use --dtype f32 (q4 for CPU) or f16, or --target cuda for bf16",
+        )
+    return options
+
+
+def refuse_quantized_checkpoint(raw: Mapping[str, Any], source: str) -> None:
+    """A checkpoint already quantized (GPTQ, AWQ, ...) is refused before anything is read."""
+    qc = raw.get("quantization_config")
+    if not qc:
+        return
+    method = qc.get("quant_method", "unknown") if isinstance(qc, Mapping) else "unknown"
+    raise CheckpointError(
+        f"the checkpoint is already quantized (quantization_config.quant_method = "
+        f"{method!r}); building pre-quantized checkpoints is not supported yet",
+        where=f"{source}/config.json",
+        fix="build the original float checkpoint, with --quant int4|int8 for a quantized package",
+    )
 
 
 def looks_local(source: str) -> bool:

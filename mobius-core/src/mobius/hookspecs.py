@@ -31,6 +31,7 @@ argument is added (compatible) and its major part when one is removed or renamed
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -45,7 +46,8 @@ if TYPE_CHECKING:
     from mobius.weights import WeightPlan
 
 PROJECT = "mobius"
-HOOK_API_VERSION = "1.0"
+HOOK_API_VERSION = "1.1"
+"""1.1 added ``mobius_quant_overrides``."""
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -154,6 +156,25 @@ def mobius_weight_plan(
     Returns: a :class:`mobius.weights.WeightPlan` mapping initializer names to
     lazy tensor expressions (checkpoint tensor + cast / transpose / reshape /
     scale / slice / concat). Nothing is read until the package is saved.
+    """
+
+
+@hookspec
+def mobius_quant_overrides(
+    config: Any, component: str, options: BuildOptions
+) -> Mapping[str, str] | None:
+    """Say which initializers of a component keep float or get another bit width.
+
+    Called: once per component, on the owner only, and only when the user asked for
+    ``--quant`` (``options.quant`` is set), after the weight plan and before core
+    rewrites ``MatMul`` / ``Gemm`` / ``Gather`` on planned 2-D initializers into
+    com.microsoft ``MatMulNBits`` / ``GatherBlockQuantized`` (``docs/quantization.md``).
+    Who answers: a family plugin with tensors that lose too much when quantized
+    (router weights, small encoder projections) or that want a wider type (an int8
+    lm_head); a family need not implement it to get quantized packages.
+    Returns: a mapping of ``fnmatch`` globs over initializer names to ``"float"``,
+    ``"int4"`` or ``"int8"`` (first matching glob wins; the user's
+    ``--quant-exclude`` globs win over it), or ``None`` for no overrides.
     """
 
 

@@ -487,6 +487,22 @@ class PluginHost:
         )
         return self._checked(model_type, hook, answer, WeightPlan, "a mobius.weights.WeightPlan")
 
+    def quant_overrides(
+        self, model_type: str, config: Any, component: str, options: BuildOptions
+    ) -> dict[str, str]:
+        """The owner's quantization overrides (``mobius_quant_overrides``); none if not
+        implemented."""
+        from mobius.quantization import check_overrides
+
+        owner = self.owner(model_type)
+        hook = "mobius_quant_overrides"
+        impl = _impl_of(self.pm, hook, owner)
+        if impl is None:
+            return {}
+        kwargs = {"config": config, "component": component, "options": options}
+        answer = self._guarded(owner, hook, impl, kwargs)
+        return check_overrides(answer, f"plugin {owner}, hook {hook}")
+
     def processors(self, model_type: str, config: Any) -> Processors:
         """The owner's numpy preprocessing (``mobius_processors``)."""
         return self.call_owner(model_type, "mobius_processors", config=config)

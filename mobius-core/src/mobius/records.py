@@ -35,12 +35,56 @@ class ModelTypeInfo:
     description: str = ""
 
 
+QUANT_METHODS = {"int4": 4, "int8": 8}
+"""``mobius build --quant`` values and their bit widths."""
+
+
+@dataclass(frozen=True)
+class QuantOptions:
+    """Weight-only block quantization asked of a build (``mobius build --quant``).
+
+    ``accuracy_level`` None means the default for the target (4 on ``cpu``, else 0);
+    ``exclude`` holds globs over initializer names kept float (``docs/quantization.md``).
+    """
+
+    method: str = "int4"
+    block_size: int = 32
+    symmetric: bool = True
+    accuracy_level: int | None = None
+    exclude: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.method not in QUANT_METHODS:
+            raise ValueError(f"quant must be one of {tuple(QUANT_METHODS)}, got {self.method!r}")
+        size = self.block_size
+        if not isinstance(size, int) or size < 16 or size & (size - 1):
+            raise ValueError(f"block size must be a power of two >= 16, got {size!r}")
+        level = self.accuracy_level
+        if level is not None and level not in range(5):
+            raise ValueError(f"accuracy level must be 0..4, got {level!r}")
+
+    @property
+    def bits(self) -> int:
+        """Bit width of quantized tensors (4 or 8)."""
+        return QUANT_METHODS[self.method]
+
+    def level_for(self, target: str) -> int:
+        """The MatMulNBits ``accuracy_level`` for ``target``."""
+        if self.accuracy_level is not None:
+            return self.accuracy_level
+        return 4 if target == "cpu" else 0
+
+
 @dataclass(frozen=True)
 class BuildOptions:
-    """What the user asked of a build; passed to every per-model hook."""
+    """What the user asked of a build; passed to every per-model hook.
+
+    ``quant`` is None for a float package (see :class:`QuantOptions`).
+    """
 
     dtype: str = "f32"
     target: str = "default"
+    quant: QuantOptions | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

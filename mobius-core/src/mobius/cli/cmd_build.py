@@ -28,6 +28,13 @@ class Target(str, Enum):
     cuda = "cuda"
 
 
+class Quant(str, Enum):
+    """Weight-only quantization formats (``mobius.records.QUANT_METHODS``)."""
+
+    int4 = "int4"
+    int8 = "int8"
+
+
 class RichProgress:
     """A :class:`mobius.progress.BuildProgress` drawing rich bars on stderr."""
 
@@ -173,6 +180,29 @@ def human_size(n: float) -> str:
     return f"{n:.1f} TiB"  # pragma: no cover
 
 
+def quant_options_of(
+    method: str, block_size: int, level: int | None, asymmetric: bool, exclude: list[str]
+) -> Any:
+    """:class:`mobius.records.QuantOptions` from the CLI options (BuildError if invalid)."""
+    from mobius.errors import BuildError
+    from mobius.records import QuantOptions
+
+    try:
+        return QuantOptions(
+            method=method,
+            block_size=block_size,
+            symmetric=not asymmetric,
+            accuracy_level=level,
+            exclude=tuple(exclude),
+        )
+    except ValueError as exc:
+        raise BuildError(
+            str(exc),
+            where="mobius build options",
+            fix="use --block-size 16|32|64|128|256 and --accuracy-level 0..4",
+        ) from exc
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``build`` command to ``app``."""
 
@@ -200,12 +230,57 @@ def register(app: typer.Typer) -> None:
                 "layer uses, checkpoint tensors left unused).",
             ),
         ] = False,
+        quant: Annotated[
+            Quant | None,
+            typer.Option(
+                "--quant",
+                help="Weight-only block quantization: MatMul weights become MatMulNBits, "
+                "embedding tables GatherBlockQuantized (--dtype stays the activation type: "
+                "int4 + f32 = q4 for CPU, int4 + f16 = q4f16 for CUDA).",
+            ),
+        ] = None,
+        block_size: Annotated[
+            int, typer.Option("--block-size", help="Values per quantization block (16..256, 2^n).")
+        ] = 32,
+        accuracy_level: Annotated[
+            int | None,
+            typer.Option(
+                "--accuracy-level",
+                help="MatMulNBits accuracy_level 0..4 (4: int8 activations, the fast CPU path). "
+                "Default: 4 with --target cpu, else 0.",
+            ),
+        ] = None,
+        asymmetric: Annotated[
+            bool, typer.Option("--asymmetric", help="Store a zero point per block.")
+        ] = False,
+        quant_exclude: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--quant-exclude",
+                help="Glob over initializer names kept float (repeatable), "
+                "e.g. 'lm_head*' or '*.router.*'.",
+            ),
+        ] = None,
         debug: Annotated[bool, typer.Option("--debug", help=DEBUG_HELP)] = False,
     ) -> None:
         """Build SOURCE (a checkpoint) into a model package at OUT."""
         with user_errors(ctx, debug), interruptible():
             from mobius.builder import build as run_build
 
+            quant_options = None
+            if quant is not None:
+                quant_options = quant_options_of(
+                    quant.value, block_size, accuracy_level, asymmetric, quant_exclude or []
+                )
+            elif quant_exclude or asymmetric or accuracy_level is not None or block_size != 32:
+                from mobius.errors import BuildError
+
+                raise BuildError(
+                    "--block-size, --accuracy-level, --asymmetric and --quant-exclude "
+                    "only apply to a quantized build",
+                    where="mobius build options",
+                    fix="add --quant int4 (or int8), or drop those options",
+                )
             host = get_host(ctx)
             with RichProgress() as progress, info_messages(progress, verbose):
                 result = run_build(
@@ -217,6 +292,7 @@ def register(app: typer.Typer) -> None:
                     force=force,
                     progress=progress,
                     host=host,
+                    quant=quant_options,
                 )
             total = sum(result.components.values())
             typer.echo(

@@ -46,7 +46,38 @@ def describe(package: Any) -> dict[str, Any]:
         "outputs": list(contract.outputs),
         "source": manifest.get("source"),
         "versions": manifest.get("versions"),
+        "quantization": manifest.get("quantization"),
     }
+
+
+def _print_quantization(q: dict[str, Any]) -> None:
+    from mobius.cli.cmd_build import human_size
+
+    echo = typer.echo
+    sym = "symmetric" if q.get("symmetric") else "asymmetric"
+    echo(
+        f"quantization: {q.get('format')} ({q.get('method')}), block {q.get('block_size')}, "
+        f"{sym}, accuracy level {q.get('accuracy_level')}, "
+        f"activations {q.get('activation_dtype')}"
+    )
+    if q.get("exclude"):
+        echo(f"    excluded: {', '.join(q['exclude'])}")
+    for name, c in (q.get("components") or {}).items():
+        tensors = c.get("tensors", {})
+        ops: dict[str, int] = {}
+        for t in tensors.values():
+            for op in t.get("ops", []):
+                key = f"{op} int{t.get('bits')}"
+                ops[key] = ops.get(key, 0) + 1
+        listing = ", ".join(f"{n} {k}" for k, n in sorted(ops.items())) or "none"
+        echo(
+            f"    {name}: {len(tensors)} tensors quantized ({listing}); "
+            f"{human_size(c.get('quantized_bytes', 0))} quantized, "
+            f"{human_size(c.get('other_bytes', 0))} other, "
+            f"{len(c.get('kept_float', {}))} kept float"
+        )
+        for tensor, why in c.get("kept_float", {}).items():
+            echo(f"        float: {tensor} ({why})")
 
 
 def _print_text(info: dict[str, Any]) -> None:
@@ -71,6 +102,8 @@ def _print_text(info: dict[str, Any]) -> None:
             echo(f"{title}:")
             for line in info[title]:
                 echo(f"    {line}")
+    if info.get("quantization"):
+        _print_quantization(info["quantization"])
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,389 @@
+"""Weight-only quantization of built components (``mobius build --quant int4|int8``).
+
+Runs in the build after a family has built (and every plugin optimized) a component
+and made its weight plan, before the weights are bound (``docs/quantization.md``):
+
+- ``MatMul(A, B)`` and ``Gemm(A, B)`` (``transA`` 0, ``alpha`` 1, no ``C``) whose ``B``
+  is a planned 2-D float initializer become com.microsoft ``MatMulNBits``;
+- ``Gather(table, ids)`` on axis 0 of a planned 2-D float initializer whose row length
+  is a multiple of the block size becomes com.microsoft ``GatherBlockQuantized`` (3-D
+  data ``[V, n_blocks, blob]``, ``quantize_axis`` 2) and a Reshape back to ``[..., H]``;
+- a table read by both (a tied embedding / lm_head: ``Gather`` and ``Gemm`` with
+  ``transB``) is quantized once; both ops read the same packed initializer.
+
+The plan entry of each rewritten initializer is replaced by the lazy quantize step of
+:mod:`mobius.weights.quantize`, so nothing is read here and every tensor is quantized
+while the package writer streams it. Which tensors stay float: ``QuantOptions.exclude``
+globs (the user's), then the owning family's ``mobius_quant_overrides`` answer (globs
+→ ``float`` / ``int4`` / ``int8``), first match wins within each.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx_ir as ir
+
+from mobius.errors import BuildError
+from mobius.records import BuildOptions, QuantOptions
+from mobius.weights import WeightPlan
+from mobius.weights.dtypes import FLOATS, NAME_OF_IR
+from mobius.weights.quantize import (
+    QuantizedExprs,
+    QuantScheme,
+    n_blocks,
+    quantized,
+    rows_of_matmul_weight,
+    zero_point_cols,
+)
+
+MS_DOMAIN = "com.microsoft"
+OVERRIDE_VALUES = ("float", "int4", "int8")
+"""What a ``mobius_quant_overrides`` glob may map to."""
+_BITS = {"int4": 4, "int8": 8}
+
+
+@dataclass
+class ComponentQuant:
+    """What :func:`quantize_component` did to one component."""
+
+    tensors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """initializer name → {"ops": [...], "bits": b, "shape": [R, K]}."""
+    kept_float: dict[str, str] = field(default_factory=dict)
+    """float 2-D initializers of MatMul / Gemm / Gather left float → why."""
+    matched_excludes: set[str] = field(default_factory=set)
+    """user exclude globs that matched at least one candidate tensor."""
+    initializers: set[str] = field(default_factory=set)
+    """names of the initializers the quantize step makes (packed, scales, zero points)."""
+
+
+@dataclass
+class _Use:
+    node: ir.Node
+    kind: str  # "matmul" (B is [K, N]), "matmul_t" (B is [N, K]), "gather"
+
+
+def _attr(node: ir.Node, name: str, default: Any) -> Any:
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.value
+
+
+def _quantizable_use(node: ir.Node, value: ir.Value) -> str | None:
+    """How ``node`` reads initializer ``value`` if a quantized op can replace it."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    inputs = list(node.inputs)
+    if node.op_type == "MatMul" and len(inputs) == 2 and inputs[1] is value:
+        return "matmul" if inputs[0] is not value else None
+    if node.op_type == "Gemm" and len(inputs) == 2 and inputs[1] is value:
+        ok = _attr(node, "transA", 0) == 0 and _attr(node, "alpha", 1.0) == 1.0
+        if ok and inputs[0] is not value:
+            return "matmul_t" if _attr(node, "transB", 0) else "matmul"
+    if node.op_type == "Gather" and len(inputs) == 2 and inputs[0] is value:
+        return "gather" if _attr(node, "axis", 0) == 0 else None
+    return None
+
+
+def _choice(
+    name: str, default: str, excludes: Sequence[str], overrides: Mapping[str, str], report: Any
+) -> tuple[str, str]:
+    """(``float`` / ``int4`` / ``int8``, why) for initializer ``name``."""
+    for glob in excludes:
+        if fnmatch.fnmatchcase(name, glob):
+            report.matched_excludes.add(glob)
+            return "float", f"--quant-exclude {glob}"
+    for glob, value in overrides.items():
+        if fnmatch.fnmatchcase(name, glob):
+            return value, f"family override {glob!r}"
+    return default, ""
+
+
+def check_overrides(answer: Any, where: str) -> dict[str, str]:
+    """Validate a ``mobius_quant_overrides`` answer: every problem listed in one error."""
+    if answer is None:
+        return {}
+    if not isinstance(answer, Mapping):
+        raise BuildError(
+            f"mobius_quant_overrides returned {type(answer).__name__}, not a mapping",
+            where=where,
+            fix="return {glob: 'float' | 'int4' | 'int8'}",
+        )
+    problems = [
+        f"{glob!r} → {value!r}"
+        for glob, value in answer.items()
+        if not isinstance(glob, str) or value not in OVERRIDE_VALUES
+    ]
+    if problems:
+        raise BuildError(
+            f"mobius_quant_overrides answer has invalid entries: {', '.join(problems)}",
+            where=where,
+            fix=f"map string globs to one of {', '.join(OVERRIDE_VALUES)}",
+        )
+    return dict(answer)
+
+
+def quantize_component(
+    model: ir.Model,
+    plan: WeightPlan,
+    quant: QuantOptions,
+    *,
+    target: str = "default",
+    overrides: Mapping[str, str] | None = None,
+    search: bool = True,
+) -> tuple[WeightPlan, ComponentQuant]:
+    """Rewrite ``model`` in place to quantized ops and return the matching plan.
+
+    Only initializers the plan computes (no data yet) are candidates; an initializer
+    also read by any other op, or by ops wanting different orientations, stays float.
+    ``search`` False gives plain round-to-nearest scales (onnxruntime's).
+    """
+    method, block_size, symmetric = quant.method, quant.block_size, quant.symmetric
+    accuracy_level, excludes = quant.level_for(target), quant.exclude
+    graph = model.graph
+    overrides = overrides or {}
+    report = ComponentQuant()
+    entries = dict(plan.entries)
+    consumers: dict[str, list[_Use]] = {}
+    blocked: dict[str, str] = {}
+    for node in graph:
+        for value in node.inputs:
+            if value is None or value.name not in entries:
+                continue
+            if graph.initializers.get(value.name) is not value or value.const_value is not None:
+                continue
+            kind = _quantizable_use(node, value)
+            if kind is None:
+                blocked.setdefault(value.name, f"also read by {node.op_type}")
+            else:
+                consumers.setdefault(value.name, []).append(_Use(node, kind))
+
+    new_entries: dict[str, Any] = {}
+    for name, uses in consumers.items():
+        value = graph.initializers[name]
+        dtype = NAME_OF_IR.get(value.dtype) if value.dtype is not None else None
+        shape = tuple(value.shape) if value.shape is not None else ()
+        kinds = {u.kind for u in uses}
+        why = blocked.get(name)
+        if why is None and (dtype not in FLOATS or dtype == "float64" or len(shape) != 2):
+            why = "not a 2-D float32/16 initializer"
+        if why is None and not all(isinstance(d, int) for d in shape):
+            why = "no static shape"
+        if why is None and "matmul" in kinds and kinds & {"matmul_t", "gather"}:
+            why = "read in two orientations"
+        if why is None and "gather" in kinds and shape[1] % block_size:
+            why = f"row length {shape[1]} is not a multiple of the block size {block_size}"
+        choice, reason = _choice(name, method, excludes, overrides, report)
+        if why is None and choice == "float":
+            why = reason
+        if why is not None:
+            report.kept_float[name] = why
+            continue
+        bits = _BITS[choice]
+        rows_expr = entries[name]
+        if kinds == {"matmul"}:
+            rows_expr = rows_of_matmul_weight(rows_expr)
+            n, k = shape[1], shape[0]
+        else:
+            n, k = shape
+        scheme = QuantScheme(bits=bits, block_size=block_size, symmetric=symmetric, search=search)
+        exprs = quantized(rows_expr, scheme)
+        _rewrite(
+            graph, name, uses, n=n, k=k, bits=bits, block_size=block_size,
+            symmetric=symmetric, accuracy_level=accuracy_level, float_type=value.dtype,
+            new_entries=new_entries, exprs=exprs,
+        )  # fmt: skip
+        del entries[name]
+        graph.initializers.pop(name)
+        report.tensors[name] = {
+            "ops": sorted({_OP_OF_KIND[u.kind] for u in uses}),
+            "bits": bits,
+            "shape": [n, k],
+        }
+    report.initializers = set(new_entries)
+    if report.tensors:
+        model.opset_imports.setdefault(MS_DOMAIN, 1)
+    out = WeightPlan()
+    for name, expr in {**entries, **new_entries}.items():
+        out.add(name, expr)
+    for tensor, why in plan.ignored.items():
+        out.ignore(tensor, why)
+    return out, report
+
+
+_OP_OF_KIND = {"matmul": "MatMulNBits", "matmul_t": "MatMulNBits", "gather": "GatherBlockQuantized"}
+
+
+def _new_init(graph: ir.Graph, name: str, shape: Sequence[int], dtype: ir.DataType) -> ir.Value:
+    """A data-less initializer (its data comes from the weight plan at bind time)."""
+    if name in graph.initializers:
+        raise BuildError(
+            f"cannot quantize: the graph already has an initializer named {name!r}",
+            where=f"graph {graph.name!r}",
+            fix="rename that initializer in the family plugin, or --quant-exclude its source",
+        )
+    value = ir.Value(name=name, shape=ir.Shape(list(shape)), type=ir.TensorType(dtype))
+    graph.initializers.add(value)  # register_initializer() insists on data
+    return value
+
+
+def _constant(graph: ir.Graph, name: str, array: Any) -> ir.Value:
+    value = ir.Value(name=name, shape=ir.Shape(list(array.shape)), type=ir.TensorType(
+        ir.DataType.INT64))  # fmt: skip
+    value.const_value = ir.tensor(array, name=name)
+    graph.register_initializer(value)
+    return value
+
+
+def _rewrite(
+    graph: ir.Graph,
+    name: str,
+    uses: Sequence[_Use],
+    *,
+    n: int,
+    k: int,
+    bits: int,
+    block_size: int,
+    symmetric: bool,
+    accuracy_level: int,
+    float_type: ir.DataType,
+    new_entries: dict[str, Any],
+    exprs: QuantizedExprs,
+) -> None:
+    """Replace every use of initializer ``name`` by its quantized op."""
+    import numpy as np
+
+    nb = n_blocks(k, block_size)
+    blob = block_size * bits // 8
+    gathers = any(u.kind == "gather" for u in uses)
+    packed = _new_init(graph, f"{name}.quant", (n, nb, blob), ir.DataType.UINT8)
+    new_entries[packed.name] = exprs.packed
+    # GatherBlockQuantized wants scales of data's rank; MatMulNBits takes [N, n_blocks].
+    scale_shape = (n, nb, 1) if gathers else (n, nb)
+    scales = _new_init(graph, f"{name}.scales", scale_shape, float_type)
+    new_entries[scales.name] = exprs.scales.reshape(scale_shape) if gathers else exprs.scales
+    zp = gather_zp = None
+    if not symmetric:
+        zp_cols = zero_point_cols(nb, bits)
+        if any(u.kind != "gather" for u in uses):
+            zp = _new_init(graph, f"{name}.zero_points", (n, zp_cols), ir.DataType.UINT8)
+            new_entries[zp.name] = exprs.zero_points
+        if gathers:  # one zero point per byte, rank 3: [V, n_blocks, 1]
+            gather_zp = _new_init(
+                graph, f"{name}.gather_zero_points", (n, nb, 1), ir.DataType.UINT8
+            )
+            new_entries[gather_zp.name] = exprs.gather_zero_points
+    mm_scales = scales
+    if gathers and any(u.kind != "gather" for u in uses):
+        shape = _constant(graph, f"{name}.scales_shape", np.array([n, nb], np.int64))
+        node = ir.node("Reshape", [scales, shape], name=f"{name}.scales_2d")
+        _insert_first(graph, node)
+        mm_scales = node.outputs[0]
+        mm_scales.name = f"{name}.scales_2d"
+    for use in uses:
+        old = use.node
+        if use.kind == "gather":
+            ids = old.inputs[1]
+            gbq_inputs = [packed, ids, scales] + ([gather_zp] if gather_zp is not None else [])
+            gbq = ir.node(
+                "GatherBlockQuantized",
+                gbq_inputs,
+                {"bits": bits, "block_size": block_size, "gather_axis": 0, "quantize_axis": 2},
+                domain=MS_DOMAIN,
+                name=f"{old.name or name}.gbq",
+            )
+            gbq.outputs[0].name = f"{old.outputs[0].name}.blocks"
+            ids_shape = ir.node("Shape", [ids], name=f"{old.name or name}.ids_shape")
+            hidden = _constant(graph, f"{old.name or name}.row_len", np.array([k], np.int64))
+            out_shape = ir.node("Concat", [ids_shape.outputs[0], hidden], {"axis": 0})
+            reshape = ir.node("Reshape", [gbq.outputs[0], out_shape.outputs[0]])
+            new_nodes = [gbq, ids_shape, out_shape, reshape]
+            for i, node in enumerate(new_nodes[1:], 1):
+                node.name = f"{old.name or name}.gbq_{i}"
+                node.outputs[0].name = f"{old.outputs[0].name}.gbq_{i}"
+        else:
+            inputs = [old.inputs[0], packed, mm_scales] + ([zp] if zp is not None else [])
+            mm = ir.node(
+                "MatMulNBits",
+                inputs,
+                {
+                    "K": k,
+                    "N": n,
+                    "bits": bits,
+                    "block_size": block_size,
+                    "accuracy_level": accuracy_level,
+                },
+                domain=MS_DOMAIN,
+                name=f"{old.name or name}.nbits",
+            )
+            new_nodes = [mm]
+        last = new_nodes[-1].outputs[0]
+        out_value = old.outputs[0]
+        last.shape, last.type = out_value.shape, out_value.type
+        ir.convenience.replace_nodes_and_values(graph, old, [old], new_nodes, [out_value], [last])
+
+
+def _insert_first(graph: ir.Graph, node: ir.Node) -> None:
+    first = next(iter(graph), None)
+    if first is None:
+        graph.append(node)
+    else:
+        graph.insert_before(first, node)
+
+
+def initializer_bytes(model: ir.Model, quantized: set[str]) -> tuple[int, int]:
+    """(bytes of the ``quantized`` initializers, bytes of all others), from shapes."""
+    quant = other = 0
+    for name, value in model.graph.initializers.items():
+        if value.dtype is None or value.shape is None:
+            continue
+        dims = [d for d in value.shape if isinstance(d, int)]
+        size = math.ceil(math.prod(dims) * value.dtype.itemsize)
+        if name in quantized:
+            quant += size
+        else:
+            other += size
+    return quant, other
+
+
+def unmatched_excludes(quant: QuantOptions, reports: Iterable[ComponentQuant]) -> list[str]:
+    """The user's exclude globs that matched no candidate tensor in any component."""
+    matched: set[str] = set()
+    for report in reports:
+        matched |= report.matched_excludes
+    return [glob for glob in quant.exclude if glob not in matched]
+
+
+SCALE_METHOD = "rtn+mse-scale-search"
+"""The manifest's ``quantization.method``: round to nearest with a per-block scale search."""
+
+
+def manifest_entry(
+    options: BuildOptions, reports: Mapping[str, ComponentQuant], graphs: Mapping[str, ir.Model]
+) -> dict[str, Any]:
+    """The manifest's ``"quantization"`` object (``docs/quantization.md``)."""
+    quant = options.quant
+    assert quant is not None
+    components: dict[str, Any] = {}
+    for name, report in reports.items():
+        q_bytes, f_bytes = initializer_bytes(graphs[name], report.initializers)
+        components[name] = {
+            "tensors": dict(sorted(report.tensors.items())),
+            "kept_float": dict(sorted(report.kept_float.items())),
+            "quantized_bytes": q_bytes,
+            "other_bytes": f_bytes,
+        }
+    return {
+        "method": SCALE_METHOD,
+        "format": quant.method,
+        "bits": quant.bits,
+        "block_size": quant.block_size,
+        "symmetric": quant.symmetric,
+        "accuracy_level": quant.level_for(options.target),
+        "activation_dtype": options.port_dtype,
+        "exclude": list(quant.exclude),
+        "components": components,
+    }
