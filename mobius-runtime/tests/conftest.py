@@ -96,3 +96,17 @@ def tiny_gqa_package(tmp_path_factory):
 def tiny_attention_package(tmp_path_factory):
     """The bundled tiny Gemma 4 built with ``--target default`` (ONNX Attention layers)."""
     return _build_tiny(tmp_path_factory, "default")
+
+
+@pytest.fixture(scope="session")
+def tiny_mm_package(tmp_path_factory):
+    """The bundled tiny multimodal Gemma 4 (image + audio), ``--target default``."""
+    source = TINY_GEMMA4.parent / "tiny-gemma4-mm"
+    if not (source / "config.json").is_file():
+        pytest.skip("testdata/tiny-gemma4-mm is not present")
+    pytest.importorskip("mobius_gemma4")
+    import mobius
+
+    out = tmp_path_factory.mktemp("tiny-mm") / "pkg"
+    mobius.build(str(source), str(out))
+    return out

@@ -1,9 +1,10 @@
-"""``mobius run PACKAGE --prompt TEXT``: generate from a package, streaming text.
+"""``mobius run`` (one prompt) and ``mobius chat`` (a multi-turn session), streaming text.
 
 Errors a user can cause (a missing or corrupted package, an unreadable image or
 audio file, a prompt longer than the model's positions, a modality the package
-lacks) are :class:`mobius.errors.MobiusError`; they are printed to stderr
-without a traceback (``--debug`` shows it) and exit with status 1.
+lacks, sampling options that do not fit) are :class:`mobius.errors.MobiusError`;
+they are printed to stderr without a traceback (``--debug`` shows it) and exit
+with status 1. Sampling options are checked before the model is loaded.
 """
 
 from __future__ import annotations
@@ -11,11 +12,40 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from mobius.errors import MobiusError
+
+SAMPLING = "Sampling (only with --sample)"
+
+Sample = Annotated[bool, typer.Option("--sample", help="Sample instead of greedy decoding.")]
+Temperature = Annotated[
+    float | None,
+    typer.Option("--temperature", help="Softmax temperature (> 0).", rich_help_panel=SAMPLING),
+]
+TopK = Annotated[
+    int | None,
+    typer.Option("--top-k", help="Keep the K best ids (0: off).", rich_help_panel=SAMPLING),
+]
+TopP = Annotated[
+    float | None,
+    typer.Option("--top-p", help="Nucleus mass in (0, 1].", rich_help_panel=SAMPLING),
+]
+Seed = Annotated[
+    int | None,
+    typer.Option("--seed", help="Seed (>= 0) for reproducible sampling.", rich_help_panel=SAMPLING),
+]
+Device = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
+Threads = Annotated[int | None, typer.Option("--threads", help="onnxruntime intra-op threads.")]
+Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks.")]
+Images = Annotated[
+    list[Path] | None, typer.Option("--image", help="Image file (repeatable).", metavar="FILE")
+]
+Audio = Annotated[
+    list[Path] | None, typer.Option("--audio", help="Audio file (repeatable).", metavar="FILE")
+]
 
 
 def _readable(kind: str, files: list[Path]) -> list[Path]:
@@ -34,67 +64,21 @@ def _readable(kind: str, files: list[Path]) -> list[Path]:
     return files
 
 
-def run(
-    package: Annotated[Path, typer.Argument(help="Model package folder (has mobius.json).")],
-    prompt: Annotated[str, typer.Option("--prompt", "-p", help="The user prompt.")],
-    image: Annotated[list[Path] | None, typer.Option("--image", help="Image file.")] = None,
-    audio: Annotated[list[Path] | None, typer.Option("--audio", help="Audio file.")] = None,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1)] = 128,
-    sample: Annotated[bool, typer.Option("--sample", help="Sample instead of greedy.")] = False,
-    temperature: Annotated[float, typer.Option("--temperature")] = 1.0,
-    top_k: Annotated[int, typer.Option("--top-k")] = 0,
-    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
-    seed: Annotated[int | None, typer.Option("--seed")] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
-    threads: Annotated[int | None, typer.Option("--threads")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print ids, text, timings.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
-) -> None:
-    """Generate from PACKAGE; text streams to stdout as it is generated."""
-    try:
-        result = _generate(
-            package,
-            prompt,
-            image or [],
-            audio or [],
-            max_new_tokens,
-            sample,
-            temperature,
-            top_k,
-            top_p,
-            seed,
-            device,
-            threads,
-            stream=not as_json,
-        )
-    except MobiusError as exc:
-        if debug:
-            raise
-        typer.echo(f"error: {exc.render()}", err=True)
-        raise typer.Exit(1) from None
-    if as_json:
-        typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
-    else:
-        sys.stdout.write("\n")
-        sys.stdout.flush()
+def _sampling(sample: bool, temperature, top_k, top_p, seed) -> dict[str, Any]:
+    """Checked before loading; the keyword arguments of generate() / ChatSession."""
+    from mobius_runtime.requests import check_sampling
+
+    check_sampling(sample, temperature, top_k, top_p, seed, flags=True)
+    return {
+        "do_sample": sample,
+        "temperature": 1.0 if temperature is None else temperature,
+        "top_k": top_k or 0,
+        "top_p": 1.0 if top_p is None else top_p,
+        "seed": seed,
+    }
 
 
-def _generate(
-    package: Path,
-    prompt: str,
-    images: list[Path],
-    audio: list[Path],
-    max_new_tokens: int,
-    sample: bool,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    seed: int | None,
-    device: str,
-    threads: int | None,
-    *,
-    stream: bool,
-):
+def _load(package: Path, device: str, threads: int | None):
     from mobius.errors import PackageError
     from mobius_runtime.pipeline import Pipeline
 
@@ -106,24 +90,203 @@ def _generate(
             where=str(package),
             fix="build one with `mobius build SOURCE OUT`, then pass OUT",
         )
-    _readable("image", images)
-    _readable("audio", audio)
     pipeline = Pipeline.load(package, device=device, threads=threads)
+    try:
+        pipeline.check_generative()
+    except MobiusError as exc:
+        raise type(exc)(
+            f"`mobius run` / `mobius chat` need a text-generation package: {exc.what}",
+            where=exc.where,
+            fix=exc.fix,
+        ) from None
+    return pipeline
 
-    def on_token(_token: int, piece: str) -> None:
-        if piece:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
 
-    return pipeline.generate(
-        prompt=prompt,
-        images=images,
-        audio=audio,
-        max_new_tokens=max_new_tokens,
-        do_sample=sample,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        on_token=on_token if stream else None,
-    )
+def _echo(_token: int, piece: str) -> None:
+    if piece:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+
+def _fail(exc: MobiusError, debug: bool) -> None:
+    if debug:
+        raise exc
+    typer.echo(f"error: {exc.render()}", err=True)
+    raise typer.Exit(1) from None
+
+
+def run(
+    package: Annotated[Path, typer.Argument(help="Model package folder (has mobius.json).")],
+    prompt: Annotated[str, typer.Option("--prompt", "-p", help="The user message.")],
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help="Send the prompt verbatim (no chat template); write <|image|> / <|audio|> "
+            "where each --image / --audio goes.",
+        ),
+    ] = False,
+    image: Images = None,
+    audio: Audio = None,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1)] = 128,
+    sample: Sample = False,
+    temperature: Temperature = None,
+    top_k: TopK = None,
+    top_p: TopP = None,
+    seed: Seed = None,
+    device: Device = "auto",
+    threads: Threads = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print ids, text, timings.")] = False,
+    debug: Debug = False,
+) -> None:
+    """Generate from PACKAGE for one user message (through the package's chat template).
+
+    Text streams to stdout as it is generated; --json prints one JSON line instead.
+    """
+    try:
+        options = _sampling(sample, temperature, top_k, top_p, seed)
+        images, clips = _readable("image", image or []), _readable("audio", audio or [])
+        pipeline = _load(package, device, threads)
+        if not raw and not pipeline.has_chat_layout:
+            typer.echo(
+                "note: the package has no chat template and its family no chat layout; "
+                "the prompt is sent verbatim (as with --raw)",
+                err=True,
+            )
+            raw = True
+        if raw:
+            request: dict[str, Any] = {"prompt": prompt, "images": images, "audio": clips}
+        else:
+            parts = [
+                *({"type": "image", "image": str(p)} for p in images),
+                *({"type": "audio", "audio": str(p)} for p in clips),
+                {"type": "text", "text": prompt},
+            ]
+            request = {"messages": [{"role": "user", "content": parts}]}
+        result = pipeline.generate(
+            **request,
+            max_new_tokens=max_new_tokens,
+            on_token=None if as_json else _echo,
+            **options,
+        )
+    except MobiusError as exc:
+        _fail(exc, debug)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+
+
+CHAT_HELP = """Commands: /image FILE and /audio FILE attach media to your next message;
+/reset starts the conversation over (keeps --system); /help shows this; Ctrl-D ends."""
+
+
+def chat(
+    package: Annotated[Path, typer.Argument(help="Model package folder (has mobius.json).")],
+    system: Annotated[str | None, typer.Option("--system", help="System message.")] = None,
+    image: Images = None,
+    audio: Audio = None,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", min=1, help="Most tokens per reply.")
+    ] = 256,
+    sample: Sample = False,
+    temperature: Temperature = None,
+    top_k: TopK = None,
+    top_p: TopP = None,
+    seed: Seed = None,
+    device: Device = "auto",
+    threads: Threads = None,
+    stats: Annotated[
+        bool, typer.Option("--stats", help="After each reply, print token counts to stderr.")
+    ] = False,
+    debug: Debug = False,
+) -> None:
+    """Chat with PACKAGE: one line per user turn on stdin, replies stream to stdout.
+
+    The model's KV state is kept between turns, so each turn prefills only its own
+    tokens. --image / --audio attach to the first message. /image FILE and
+    /audio FILE attach media to the next message, /reset starts over, Ctrl-D ends.
+    """
+    from mobius_runtime.session import ChatSession
+
+    try:
+        options = _sampling(sample, temperature, top_k, top_p, seed)
+        pending = {
+            "image": _readable("image", image or []),
+            "audio": _readable("audio", audio or []),
+        }
+        pipeline = _load(package, device, threads)
+        session = ChatSession(pipeline, system, max_new_tokens=max_new_tokens, **options)
+    except MobiusError as exc:
+        _fail(exc, debug)
+    interactive = sys.stdin.isatty()
+    if interactive:
+        typer.echo(CHAT_HELP, err=True)
+    while True:
+        if interactive:
+            sys.stderr.write("> ")
+            sys.stderr.flush()
+        try:
+            line = sys.stdin.readline()
+        except KeyboardInterrupt:
+            line = ""
+        if not line:
+            break
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        if line.startswith("/"):
+            _command(line, session, pending)
+            continue
+        try:
+            session.send(
+                line,
+                images=[str(p) for p in pending["image"]],
+                audio=[str(p) for p in pending["audio"]],
+                on_token=_echo,
+            )
+        except MobiusError as exc:  # the turn is dropped; the conversation goes on
+            if debug:
+                raise
+            sys.stdout.write("\n")
+            typer.echo(f"error: {exc.render()}", err=True)
+            continue
+        except KeyboardInterrupt:
+            typer.echo("\n(reply interrupted; the turn is dropped)", err=True)
+            continue
+        pending = {"image": [], "audio": []}
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        if stats:
+            typer.echo(
+                f"[turn prefilled {session.prefilled} tokens; "
+                f"{session.cached_tokens} in the KV cache]",
+                err=True,
+            )
+    if interactive:
+        sys.stderr.write("\n")
+
+
+def _command(line: str, session: Any, pending: dict[str, list[Path]]) -> None:
+    name, _, arg = line.partition(" ")
+    arg = arg.strip()
+    if name == "/reset":
+        session.reset()
+        pending["image"], pending["audio"] = [], []
+        typer.echo("(conversation reset)", err=True)
+    elif name in ("/image", "/audio"):
+        kind = name[1:]
+        if not arg:
+            typer.echo(f"error: {name} needs a file: {name} FILE", err=True)
+            return
+        try:
+            pending[kind] += _readable(kind, [Path(arg)])
+        except MobiusError as exc:
+            typer.echo(f"error: {exc.render()}", err=True)
+            return
+        typer.echo(f"({kind} {arg} goes with your next message)", err=True)
+    elif name == "/help":
+        typer.echo(CHAT_HELP, err=True)
+    else:
+        typer.echo(f"error: unknown command {name}; {CHAT_HELP}", err=True)

@@ -12,6 +12,7 @@ under a lock.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -26,8 +27,11 @@ from mobius_runtime.executor import Executor
 from mobius_runtime.feeds import to_numpy
 from mobius_runtime.hashing import verify_files
 from mobius_runtime.plan import Plan, compile_plan
+from mobius_runtime.requests import check_ids, check_logits, check_sampling, vocab_size
 from mobius_runtime.sampling import pick
-from mobius_runtime.text import TextSide, as_ids, context_length
+from mobius_runtime.text import TOKENIZER_FILE, TextSide, as_ids, context_length
+
+log = logging.getLogger("mobius_runtime")
 
 
 @dataclass
@@ -165,7 +169,25 @@ class Pipeline:
             if pipeline.plan.presence[name] is None:
                 pipeline.session(name)
                 pipeline.executor.shared(name)
+        pipeline._note_chat_layout()
         return pipeline
+
+    def _note_chat_layout(self) -> None:
+        """Say once, at load, when chat messages will use the family's built-in layout."""
+        from mobius_runtime.chat import TEMPLATE_FILE
+
+        if self.plan.logits is None or "input_ids" not in self.plan.caller_names:
+            return
+        if (self.root / TEMPLATE_FILE).is_file():
+            return
+        if self.text.processors.format_prompt is not None:
+            log.warning(
+                "%s has no %s: chat messages use the %s family's built-in layout "
+                "(one user message); rebuild from a checkpoint with a chat template for more",
+                self.root,
+                TEMPLATE_FILE,
+                self.manifest.get("model_type"),
+            )
 
     def session(self, component: str) -> Any:
         """The (checked) session of ``component``, opened on first use."""
@@ -263,12 +285,37 @@ class Pipeline:
 
     # ------------------------------------------------------------------ generate
 
+    @property
+    def has_chat_layout(self) -> bool:
+        """True when ``messages`` can be rendered: a chat template, or the family's layout."""
+        return self.text.chat is not None or self.text.processors.format_prompt is not None
+
+    def apply_chat_template(
+        self, messages: Any, add_generation_prompt: bool = True, **kwargs: Any
+    ) -> str:
+        """The prompt text ``messages`` make with the package's chat template.
+
+        ``messages`` are HF-shaped (see :mod:`mobius_runtime.chat`); extra keyword
+        arguments reach the template as variables (e.g. ``enable_thinking=False``).
+        Without a template in the package, the family's built-in layout serves a
+        single user message. Media parts become the template's placeholders; ids
+        come from :meth:`encode_messages`.
+        """
+        from mobius_runtime.chat import parse_messages
+
+        conversation = parse_messages(messages, self.modalities)
+        if kwargs and self.text.chat is not None:
+            return self.text.chat.render(conversation.messages, add_generation_prompt, **kwargs)
+        return self.text.chat_prompt(conversation, add_generation_prompt)
+
     def generate(
         self,
         prompt: str | None = None,
         input_ids: Any = None,
         images: Sequence[Any] = (),
         audio: Sequence[Any] = (),
+        *,
+        messages: Any = None,
         max_new_tokens: int = 64,
         do_sample: bool = False,
         temperature: float = 1.0,
@@ -278,78 +325,151 @@ class Pipeline:
         stop_ids: Iterable[int] | None = None,
         on_token: Callable[[int, str], None] | None = None,
     ) -> GenerationResult:
-        """Generate up to ``max_new_tokens`` ids after a prompt (text or ids).
+        """Generate up to ``max_new_tokens`` ids after ``messages``, a ``prompt`` or ``input_ids``.
 
+        ``messages`` (HF-shaped, media inside as parts) go through the package's chat
+        template with a generation prompt. ``prompt`` is used verbatim, as
+        onnxruntime-genai and HF processors use it: no chat wrapping; each media
+        placeholder it holds (``<|image|>`` / ``<|audio|>`` for Gemma 4) takes the next
+        of ``images`` / ``audio`` in order; BOS is added only when the text has none.
+        ``input_ids`` are the model's ids, placeholders already expanded.
         ``on_token(id, text_piece)`` is called as each token is chosen;
         ``text_piece`` is the newly decodable text (possibly empty while a
         multi-byte character is incomplete). Generation stops at a stop id
         (``stop_ids``, default: the family's), after ``max_new_tokens``, or at
         the model's context length.
         """
-        if self.plan.logits is None:
-            raise RequestError(
-                "this package has no logits output, so it cannot generate",
-                where="mobius.json: contract.outputs",
-                fix="use forward() for encoder-only packages",
-            )
-        if max_new_tokens < 1:
+        self.check_generative()
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise RequestError(
                 f"max_new_tokens must be at least 1, got {max_new_tokens}",
                 where="max_new_tokens",
                 fix="pass a positive number",
             )
-        if (prompt is None) == (input_ids is None):
+        check_sampling(do_sample, temperature, top_k, top_p, seed)
+        if sum(x is not None for x in (prompt, input_ids, messages)) != 1:
             raise RequestError(
-                "generate() needs exactly one of prompt or input_ids",
+                "generate() needs exactly one of messages, prompt or input_ids",
                 where="generate()",
-                fix="pass prompt='…' or input_ids=[…]",
+                fix="pass messages=[…], prompt='…' or input_ids=[…]",
             )
+        text = None
+        if messages is not None:
+            from mobius_runtime.chat import parse_messages
+
+            if images or audio:
+                raise RequestError(
+                    "with messages, media go inside the messages, not in images=/audio=",
+                    where="generate()",
+                    fix='add {"type": "image", "image": …} parts to the user message',
+                )
+            conversation = parse_messages(messages, self.modalities)
+            images, audio = conversation.images, conversation.audio
+            text = self.text.chat_prompt(conversation)
+            self.text.check_placeholders(text, conversation)
+        elif prompt is not None:
+            text = prompt
+        ids, caller = self.prepare(text, input_ids, images, audio)
+        prompt_len = int(ids.shape[1])
+        # every position this request can hold: shared KV buffers are this long
+        capacity = prompt_len + max_new_tokens
+        if self.context_length is not None:
+            capacity = min(capacity, self.context_length)
+        sampler = _Sampler(do_sample, temperature, top_k, top_p, seed)
+        result, _ = self.decode(
+            caller, ids, None, 0, capacity, max_new_tokens, sampler, stop_ids, on_token
+        )
+        return result
+
+    def check_generative(self) -> None:
+        """Packages without ``input_ids`` in and logits out cannot generate: say what to use."""
+        if self.plan.logits is None or "input_ids" not in self.plan.caller_names:
+            takes = ", ".join(sorted(self.plan.caller_names)) or "nothing"
+            raise RequestError(
+                f"this package (model type {self.manifest.get('model_type')!r}, inputs: "
+                f"{takes}) is not a text-generation package, so it cannot generate",
+                where="mobius.json: contract",
+                fix="call Pipeline.forward(**inputs) on it (see the mobius-runtime README), "
+                "or build a text-generation model",
+            )
+
+    def prepare(
+        self, text: str | None, input_ids: Any, images: Sequence[Any], audio: Sequence[Any]
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """(checked prompt ids [1, S], caller inputs with the media) for verbatim text or ids."""
         caller: dict[str, Any] = {}
         image_inputs, image_tokens = self.text.media_inputs("image", images, self.modalities)
         audio_inputs, audio_tokens = self.text.media_inputs("audio", audio, self.modalities)
         caller.update(image_inputs)
         caller.update(audio_inputs)
-        if prompt is not None:
-            ids = as_ids(self.text.encode(prompt, image_tokens, audio_tokens))
+        if text is not None:
+            ids = as_ids(self.text.encode(text, image_tokens, audio_tokens))
         else:
             ids = as_ids(input_ids)
-        prompt_len = int(ids.shape[1])
+        self.check_prompt_ids(ids, sum(image_tokens), sum(audio_tokens))
+        return ids, caller
+
+    def check_prompt_ids(self, ids: np.ndarray, image_soft: int, audio_soft: int) -> None:
+        """Ids in the vocabulary, placeholders matching the media, within the context."""
+        text = self.text
+        has_tokenizer = (self.root / TOKENIZER_FILE).is_file()
+        placeholders = {}
+        unsupported = {}
+        if has_tokenizer:
+            for kind, soft in (("image", image_soft), ("audio", audio_soft)):
+                token = text.token_id(f"{kind}_token")
+                if kind in self.modalities:
+                    placeholders[kind] = (token, soft)
+                else:
+                    unsupported[kind] = token
+            unsupported["video"] = text.token_id("video_token")
+        check_ids(ids, self._vocab, placeholders, unsupported)
         limit = self.context_length
-        if limit is not None and prompt_len >= limit:
+        if limit is not None and ids.shape[1] >= limit:
             raise RequestError(
-                f"the prompt is {prompt_len} tokens but the model has {limit} positions",
+                f"the prompt is {ids.shape[1]} tokens but the model has {limit} positions",
                 where="prompt",
                 fix=f"shorten the prompt below {limit} tokens",
             )
-        stops = set(self.text.processors.stop_token_ids if stop_ids is None else stop_ids)
-        rng = np.random.default_rng(seed)
-        caller["input_ids"] = ids
-        # every position this request can hold: shared KV buffers are this long
-        capacity = prompt_len + max_new_tokens
-        if limit is not None:
-            capacity = min(capacity, limit)
 
+    def decode(
+        self,
+        caller: dict[str, Any],
+        ids: np.ndarray,
+        state: Any,
+        past: int,
+        capacity: int | None,
+        max_new_tokens: int,
+        sampler: _Sampler,
+        stop_ids: Iterable[int] | None,
+        on_token: Callable[[int, str], None] | None,
+    ) -> tuple[GenerationResult, tuple[Any, int]]:
+        """Prefill ``ids`` (after ``past`` cached positions in ``state``), then decode.
+
+        Returns the result and (state, positions in it): every id fed to the model is in
+        that state; the last generated id is not (it was never fed).
+        """
+        stops = set(self.text.processors.stop_token_ids if stop_ids is None else stop_ids)
+        limit = self.context_length
+        logits_key = self.plan.logits
+        executor = self.executor
+        caller = {**caller, "input_ids": ids}
         generated: list[int] = []
         stream = _Stream(self.text, on_token)
         start = time.perf_counter()
-        values = self.executor.step(caller, None, 0, capacity)
-        logits = to_numpy(values[self.plan.logits])[0, -1]
-        state = self.executor.next_state(values)
+        values = executor.step(caller, state, past, capacity)
+        logits = to_numpy(values[logits_key])[0, -1]
+        state = executor.next_state(values)
+        past += int(ids.shape[1])
         prefill_ms = (time.perf_counter() - start) * 1000.0
         decode_start = time.perf_counter()
-        past = prompt_len
         reason = "max_new_tokens"
+        step_ids = np.zeros((1, 1), dtype=np.int64)
         while True:
-            token = pick(
-                logits,
-                do_sample=do_sample,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                rng=rng,
-            )
+            check_logits(logits, len(generated))
+            token = sampler.pick(logits)
             generated.append(token)
-            stream.push(generated)
+            stream.push(token)
             if token in stops:
                 reason = "stop_id"
                 break
@@ -358,19 +478,49 @@ class Pipeline:
             if limit is not None and past + 1 > limit:
                 reason = "context_length"
                 break
-            step_ids = np.array([[token]], dtype=np.int64)
-            values = self.executor.step({"input_ids": step_ids}, state, past, capacity)
-            logits = to_numpy(values[self.plan.logits])[0, -1]
-            state = self.executor.next_state(values)
+            step_ids[0, 0] = token
+            values = executor.step({"input_ids": step_ids}, state, past, capacity)
+            logits = to_numpy(values[logits_key])[0, -1]
+            state = executor.next_state(values)
             past += 1
         decode_ms = (time.perf_counter() - decode_start) * 1000.0
-        return GenerationResult(
+        result = GenerationResult(
             ids=generated,
             text=self.text.decode(generated),
             prompt_ids=[int(i) for i in ids[0]],
             prefill_ms=prefill_ms,
             decode_ms=decode_ms,
             stop_reason=reason,
+        )
+        return result, (state, past)
+
+    @property
+    def _vocab(self) -> int | None:
+        return vocab_size(self.manifest)
+
+
+class _Sampler:
+    """Greedy or seeded sampling with fixed settings for one request."""
+
+    def __init__(
+        self, do_sample: bool, temperature: float, top_k: int, top_p: float, seed: int | None
+    ) -> None:
+        self.do_sample = do_sample
+        self.temperature = temperature
+        self.top_k = top_k
+        self.top_p = top_p
+        self.rng = np.random.default_rng(seed) if do_sample else None
+
+    def pick(self, logits: np.ndarray) -> int:
+        if not self.do_sample:
+            return int(np.argmax(logits))
+        return pick(
+            logits,
+            do_sample=True,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            rng=self.rng,
         )
 
 
@@ -400,19 +550,29 @@ class _Port:
 
 
 class _Stream:
-    """Emits the newly decodable text after each token (holds back partial UTF-8)."""
+    """Emits the newly decodable text after each token (holds back partial UTF-8).
+
+    Decodes only the ids since the last emitted piece (plus one id of context, so a
+    tokenizer's leading-space handling sees the same neighbour), never the whole
+    list: the cost per token is constant, not growing with the reply.
+    """
 
     def __init__(self, text: TextSide, on_token: Callable[[int, str], None] | None) -> None:
         self.text = text
         self.on_token = on_token
-        self.emitted = ""
+        self.ids: list[int] = []
+        self.start = 0  # ids[:start] are emitted
+        self.prefix = ""  # decode of ids[start - 1 : start] (context)
 
-    def push(self, ids: list[int]) -> None:
+    def push(self, token: int) -> None:
         if self.on_token is None:
             return
-        decoded = self.text.decode(ids)
+        self.ids.append(token)
+        context = self.ids[max(self.start - 1, 0) :]
+        decoded = self.text.decode(context)
         piece = ""
-        if not decoded.endswith("\ufffd") and decoded.startswith(self.emitted):
-            piece = decoded[len(self.emitted) :]
-            self.emitted = decoded
-        self.on_token(ids[-1], piece)
+        if not decoded.endswith("\ufffd") and decoded.startswith(self.prefix):
+            piece = decoded[len(self.prefix) :]
+            self.start = len(self.ids)
+            self.prefix = self.text.decode(self.ids[-1:])
+        self.on_token(token, piece)

@@ -1,4 +1,4 @@
-"""The runtime's mobius plugin: adds ``mobius run`` to the CLI.
+"""The runtime's mobius plugin: adds ``mobius run`` and ``mobius chat`` to the CLI.
 
 Import-light on purpose: the CLI imports every plugin before parsing arguments,
 so onnxruntime, tokenizers and numpy are imported only inside the command.
@@ -13,7 +13,8 @@ from mobius import hookimpl
 
 @hookimpl
 def mobius_add_commands(app: Any) -> None:
-    """Register ``run``."""
-    from mobius_runtime.cli import run
+    """Register ``run`` and ``chat``."""
+    from mobius_runtime.cli import chat, run
 
-    app.command("run", help="Generate text from a model package (streams to stdout).")(run)
+    app.command("run", help="Generate text from a model package for one message.")(run)
+    app.command("chat", help="Chat with a model package, turn by turn (keeps the KV cache).")(chat)
