@@ -7,6 +7,7 @@ picked it, ``down(act(gate) · up)`` weighted and summed.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -24,6 +25,7 @@ from mobius.components import (
     new_graph,
     route,
 )
+from mobius.components.experts import dense_formulation
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -48,10 +50,11 @@ class _Block(nn.Module):
         return self.experts(op, x, w, idx), w, idx
 
 
-def _model(E, k, act="silu", dtype="float32", softmax_first=True, norm=True):
+def _model(E, k, act="silu", dtype="float32", softmax_first=True, norm=True, dense=False):
     graph, _, op = new_graph("moe")
     x = add_input(op, "x", dtype, ("T", H))
-    block = _Block(E, k, act, dtype, softmax_first, norm)
+    with dense_formulation() if dense else contextlib.nullcontext():
+        block = _Block(E, k, act, dtype, softmax_first, norm)
     y, w, idx = block(op, x)
     add_output(op, y, "y", dtype=dtype, shape=("T", H))
     add_output(op, w, "w", dtype="float32", shape=("T", k))
@@ -119,10 +122,11 @@ def _reference(x, a, E, k, act, softmax_first, norm):
     [("silu", True, True), ("silu", True, False), ("gelu_tanh", True, True), ("silu", False, True)],
 )
 @pytest.mark.parametrize("tokens", [1, 3, 40])
-def test_routed_experts_match_per_expert_loop(act, softmax_first, norm, tokens) -> None:
+@pytest.mark.parametrize("dense", [False, True], ids=["routed", "dense"])
+def test_routed_experts_match_per_expert_loop(act, softmax_first, norm, tokens, dense) -> None:
     E, k = 6, 2
     rng = np.random.default_rng(tokens)
-    model, block = _model(E, k, act, softmax_first=softmax_first, norm=norm)
+    model, block = _model(E, k, act, softmax_first=softmax_first, norm=norm, dense=dense)
     a = _weights(block, E, rng, np.float32)
     x = rng.standard_normal((tokens, H)).astype(np.float32)
     y, w, idx = _session(model).run(None, {"x": x})
@@ -132,12 +136,13 @@ def test_routed_experts_match_per_expert_loop(act, softmax_first, norm, tokens) 
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
 
 
-def test_unpicked_experts_are_never_read() -> None:
-    """NaN in every expert no token picked leaves the output finite: those slabs are never
-    gathered, unlike a dense formulation (0 · NaN = NaN)."""
+@pytest.mark.parametrize("dense", [False, True], ids=["routed", "dense"])
+def test_unpicked_experts_are_never_read(dense) -> None:
+    """NaN in every expert no token picked leaves the routed output finite: those slabs are
+    never gathered. The dense formulation multiplies them (0 · NaN = NaN)."""
     E, k, tokens = 8, 2, 3
     rng = np.random.default_rng(7)
-    model, block = _model(E, k)
+    model, block = _model(E, k, dense=dense)
     a = _weights(block, E, rng, np.float32)
     x = rng.standard_normal((tokens, H)).astype(np.float32)
     _, _, idx = _session(model).run(None, {"x": x})
@@ -149,6 +154,9 @@ def test_unpicked_experts_are_never_read() -> None:
     block.experts.down_proj.const_value = ir.tensor(a["down"])
     y, _, idx2 = _session(model).run(None, {"x": x})
     np.testing.assert_array_equal(idx2, idx)
+    if dense:
+        assert np.isnan(y).all()
+        return
     assert np.isfinite(y).all()
     ref, _, _ = _reference(x, a, E, k, "silu", True, True)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)

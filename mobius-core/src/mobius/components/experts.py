@@ -34,11 +34,22 @@ ascending expert order, the order in which HF's loop accumulates. A single decod
 therefore reads exactly ``k`` experts' weights (a batch of B rows at most ``B·k``), so the
 bytes read per step grow with ``top_k``, not with ``num_experts``. A long prompt hits
 nearly every expert, where this is the dense formulation over the hit experts. For
-float32 the products and the sum order equal HF's per-expert loop; in float16/bfloat16 a
-weighted output is computed in float32 and cast back before the sum, like HF.
+float32 each token's products equal HF's per-expert loop (the k weighted outputs are
+summed in TopK order, HF sums in expert order: a last-bit difference for k > 2); in
+float16/bfloat16 a weighted output is computed in float32 and cast back before the sum,
+like HF.
+
+``dense_formulation()``: a context manager; ``RoutedExperts`` constructed inside it compute
+every expert for every token and weight the outputs with a dense ``[T, E]`` matrix that is
+zero outside the top-k — the formulation mobius used before routing, kept as the reference
+that benchmarks/moe.py and the tests measure the routed graph against. Builds never use it.
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
 
 import onnx_ir as ir
 from onnxscript import OpBuilder, nn
@@ -48,6 +59,17 @@ from mobius.components.mlp import ACTIVATIONS, activation
 
 _F32 = ir.DataType.FLOAT
 _I64 = ir.DataType.INT64
+_DENSE = contextvars.ContextVar("mobius_dense_experts", default=False)
+
+
+@contextlib.contextmanager
+def dense_formulation() -> Iterator[None]:
+    """Build ``RoutedExperts`` the dense way (every expert, every token) inside this block."""
+    token = _DENSE.set(True)
+    try:
+        yield
+    finally:
+        _DENSE.reset(token)
 
 
 def route(
@@ -90,11 +112,14 @@ class RoutedExperts(nn.Module):
             raise ValueError(f"unknown activation {activation!r}; expected one of {ACTIVATIONS}")
         self.num_experts, self.hidden = num_experts, hidden_size
         self.inter, self.activation, self.dtype = intermediate_size, activation, ir_dtype(dtype)
+        self.dense = _DENSE.get()
         E, H, inter = num_experts, hidden_size, intermediate_size
         self.gate_up_proj = nn.Parameter([E, H, 2 * inter], dtype=self.dtype)
         self.down_proj = nn.Parameter([E, inter, H], dtype=self.dtype)
 
     def forward(self, op: OpBuilder, x: ir.Value, weights: ir.Value, indices: ir.Value) -> ir.Value:
+        if self.dense:
+            return self._dense(op, x, weights, indices)
         top_k = op.Shape(indices, start=1, end=2)  # [1]
         flat = op.Reshape(indices, [-1])  # [A]: assignment a = (token a // k, pick a % k)
         # one-hot of every assignment's expert, and per expert its assignment count
@@ -140,10 +165,29 @@ class RoutedExperts(nn.Module):
             op.GatherND(y, where),
             op.Concat(op.Shape(indices), op.Constant(value_ints=[self.hidden]), axis=0),
         )  # [T, k, H]
-        w = op.Unsqueeze(weights, [2])  # [T, k, 1]
+        return self._weighted_sum(op, picked, op.Unsqueeze(weights, [2]), 1)  # over k
+
+    def _dense(self, op: OpBuilder, x: ir.Value, weights: ir.Value, indices: ir.Value):
+        """Every expert for every token, weighted by a dense ``[T, E]`` matrix (reference)."""
+        zeros = op.ConstantOfShape(
+            op.Concat(
+                op.Shape(x, start=0, end=1), op.Constant(value_ints=[self.num_experts]), axis=0
+            ),
+            value=ir.tensor([0.0], dtype=_F32),
+        )
+        dense = op.ScatterElements(zeros, indices, weights, axis=1)  # [T, E]
+        gu = op.MatMul(op.Unsqueeze(x, [0]), self.gate_up_proj)  # [E, T, 2I]
+        gate, up = op.Split(
+            gu, op.Constant(value_ints=[self.inter, self.inter]), axis=-1, _outputs=2
+        )
+        y = op.MatMul(op.Mul(activation(op, gate, self.activation), up), self.down_proj)
+        w = op.Unsqueeze(op.Transpose(dense, perm=[1, 0]), [2])  # [E, T, 1]
+        return self._weighted_sum(op, y, w, 0)  # over E
+
+    def _weighted_sum(self, op: OpBuilder, y: ir.Value, w: ir.Value, axis: int) -> ir.Value:
         if self.dtype == _F32:
-            return op.ReduceSum(op.Mul(picked, w), [1], keepdims=0)
+            return op.ReduceSum(op.Mul(y, w), [axis], keepdims=0)
         # HF: (expert output in M) × float32 weight, cast to M, accumulated in M
         return op.ReduceSum(
-            op.Cast(op.Mul(op.Cast(picked, to=_F32), w), to=self.dtype), [1], keepdims=0
+            op.Cast(op.Mul(op.Cast(y, to=_F32), w), to=self.dtype), [axis], keepdims=0
         )
