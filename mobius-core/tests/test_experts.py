@@ -25,7 +25,7 @@ from mobius.components import (
     new_graph,
     route,
 )
-from mobius.components.experts import dense_formulation
+from mobius.components.experts import decode_weight_bytes, dense_formulation, expert_tables
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -176,6 +176,20 @@ def test_expert_tables_are_only_gathered_by_hit_experts() -> None:
         assert {a.name: a.i for a in gather.attribute}.get("axis", 0) == 0
         idx_src = producer[producer[gather.input[1]].input[0]]  # Reshape(NonZero(...))
         assert idx_src.op_type == "NonZero"
+    names = sorted(v.name for v in expert_tables(model.graph))
+    assert names == ["experts.down_proj", "experts.gate_up_proj"]
+    tables = 8 * (H * 2 * INTER + INTER * H) * 4
+    routed, dense = decode_weight_bytes(model.graph, 8, 2)
+    assert dense - routed == tables - tables * 2 // 8  # 6 of 8 experts never read
+    assert dense - tables >= H * 8 * 4  # the router (and small constants) read in full
+
+
+def test_dense_graph_has_no_expert_tables() -> None:
+    """The dense formulation reads every expert: nothing is found to be gathered by hit."""
+    model, _ = _model(8, 2, dense=True)
+    assert expert_tables(model.graph) == []
+    routed, dense = decode_weight_bytes(model.graph, 8, 2)
+    assert routed == dense
 
 
 def test_half_precision_experts() -> None:

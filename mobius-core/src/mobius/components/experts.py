@@ -43,12 +43,17 @@ like HF.
 every expert for every token and weight the outputs with a dense ``[T, E]`` matrix that is
 zero outside the top-k — the formulation mobius used before routing, kept as the reference
 that benchmarks/moe.py and the tests measure the routed graph against. Builds never use it.
+
+``expert_tables(graph)`` and ``decode_weight_bytes(graph, num_experts, top_k)`` read a built
+graph: which initializers are gathered by hit expert only, and the weight bytes a decode
+token reads routed vs dense (printed by the L2 test for the full-size configs).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from collections.abc import Iterator
 
 import onnx_ir as ir
@@ -191,3 +196,44 @@ class RoutedExperts(nn.Module):
         return op.ReduceSum(
             op.Cast(op.Mul(op.Cast(y, to=_F32), w), to=self.dtype), [axis], keepdims=0
         )
+
+
+def expert_tables(graph: ir.Graph) -> list[ir.Value]:
+    """Initializers of ``graph`` that only hit-expert ``Gather``\\ s read (what
+    :class:`RoutedExperts` emits: ``Gather(table, Reshape(NonZero(...)), axis=0)``)."""
+    tables = []
+    for value in graph.initializers.values():
+        uses = [use.node for use in value.uses()]
+        if uses and all(_gathers_hit_experts(node, value) for node in uses):
+            tables.append(value)
+    return tables
+
+
+def _gathers_hit_experts(node: ir.Node, table: ir.Value) -> bool:
+    if node.op_type != "Gather" or node.inputs[0] is not table:
+        return False
+    axis = node.attributes.get("axis")
+    if axis is not None and axis.as_int() != 0:
+        return False
+    reshape = node.inputs[1].producer() if node.inputs[1] is not None else None
+    if reshape is None or reshape.op_type != "Reshape" or reshape.inputs[0] is None:
+        return False
+    source = reshape.inputs[0].producer()
+    return source is not None and source.op_type == "NonZero"
+
+
+def decode_weight_bytes(graph: ir.Graph, num_experts: int, top_k: int) -> tuple[int, int]:
+    """Weight bytes one decode token (batch 1) reads: ``(routed, dense)``.
+
+    Every initializer counts in full (the head reads its whole table), except the expert
+    tables of :func:`expert_tables`, of which a routed step reads ``top_k`` of
+    ``num_experts`` slabs; ``dense`` is what reading every expert costs. Works on graphs
+    without weight data (sizes come from shapes and dtypes).
+    """
+    routed = dense = 0
+    experts = {id(v) for v in expert_tables(graph)}
+    for value in graph.initializers.values():
+        size = math.prod(int(d) for d in value.shape) * int(value.dtype.itemsize)
+        dense += size
+        routed += size * top_k // num_experts if id(value) in experts else size
+    return routed, dense
