@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.reference, pytest.mark.l3]
 LOGITS_ATOL = 1e-4
 FEATURES_ATOL = 1e-5
 DECODE_STEPS = 8
+GREEDY_STEPS = 16
 IMG, BOI, EOI = (
     MM_TOKEN_IDS["image_token_id"],
     MM_TOKEN_IDS["boi_token_id"],
@@ -367,6 +368,31 @@ def test_bidirectional_vision_moe_image_prompt(bidir_moe):
         90,
         "bidir-moe-mm image",
     )
+
+
+def test_bidirectional_vision_moe_batch_and_greedy(bidir_moe):
+    """MoE + vision mask with batch 2 (image blocks of 12 and 6 tokens at different places),
+    logits over the prompt and 8 cached steps, then 16 greedy steps: the package's greedy
+    ids (argmax of each cached step) equal HF's (argmax of a no-cache forward each step)."""
+    images = [_image(144, 192, 12), _image(96, 144, 13)]
+    rows = [[(BOI, IMG, 12, EOI)], [(BOI, IMG, 6, EOI)]]
+    _image_case(bidir_moe, images, rows, 26, 95, "bidir-moe-mm batch 2")
+    _, prompt, _, media, hf_media = _image_inputs(images, rows, 26, 95)
+    outs, state = bidir_moe.pipeline.step(input_ids=prompt, **media)
+    got = [outs["logits"][:, -1].argmax(-1)]
+    for _ in range(GREEDY_STEPS - 1):
+        outs, state = bidir_moe.pipeline.step(state, input_ids=got[-1][:, None])
+        got.append(outs["logits"][:, -1].argmax(-1))
+    ids, want = prompt, []
+    for _ in range(GREEDY_STEPS):
+        want.append(_hf_logits(bidir_moe.hf, ids, **hf_media)[:, -1].argmax(-1))
+        ids = np.concatenate([ids, want[-1][:, None]], axis=1)
+    got_ids, want_ids = np.stack(got, axis=1), np.stack(want, axis=1)
+    print(
+        f"\n[L3-mm] bidir-moe-mm batch 2: {GREEDY_STEPS} greedy ids equal HF's: "
+        f"{bool((got_ids == want_ids).all())}"
+    )
+    np.testing.assert_array_equal(got_ids, want_ids)
 
 
 def test_audio_with_eight_heads(audio8):

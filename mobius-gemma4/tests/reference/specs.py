@@ -148,6 +148,10 @@ _MOE = {
     "moe_intermediate_size": 24,
 }
 
+# Two checkpoints identical but for num_experts (8 vs 64, top-2): experts big enough
+# (H 128, moe_intermediate 128) that reading all of them shows in decode speed.
+_MOE_WIDE = {**_MOE, "hidden_size": 128, "moe_intermediate_size": 128, "top_k_experts": 2}
+
 SPECS: dict[str, TextSpec] = {
     s.name: s
     for s in (
@@ -182,6 +186,18 @@ SPECS: dict[str, TextSpec] = {
             "gemma4_text",
             overrides=_MOE,
             exercises="MoE 4 experts top-2, moe_intermediate 24 ≠ intermediate 128, k_eq_v, no PLE",
+        ),
+        TextSpec(
+            "moe8-text",
+            "gemma4_text",
+            overrides={**_MOE_WIDE, "num_experts": 8},
+            exercises="MoE 8 experts top-2, H 128 (the routed-decode pair, with moe64-text)",
+        ),
+        TextSpec(
+            "moe64-text",
+            "gemma4_text",
+            overrides={**_MOE_WIDE, "num_experts": 64},
+            exercises="moe8-text with 64 experts: decode reads 2 of 64",
         ),
         TextSpec(
             "bidir-moe-mm",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from mobius.components.attention import Attention, GroupQueryAttention
 from mobius.components.dtypes import DTYPE_NAMES, dtype_name, ir_dtype, numpy_dtype
 from mobius.components.embedding import Embedding
+from mobius.components.experts import RoutedExperts, route
 from mobius.components.graph import (
     MS_DOMAIN,
     add_input,
@@ -37,6 +38,7 @@ __all__ = [
     "Linear",
     "RMSNorm",
     "RotaryEmbedding",
+    "RoutedExperts",
     "activation",
     "add_input",
     "add_output",
@@ -51,4 +53,5 @@ __all__ = [
     "new_graph",
     "numpy_dtype",
     "rotary_tables",
+    "route",
 ]

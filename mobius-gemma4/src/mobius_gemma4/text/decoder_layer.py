@@ -16,7 +16,7 @@ from onnxscript import nn
 from mobius.components import GatedMLP, RMSNorm
 from mobius_gemma4.config import Gemma4TextConfig
 from mobius_gemma4.text.attention import ATTENTION, Gemma4Attention
-from mobius_gemma4.text.moe import Gemma4Experts, Gemma4Router
+from mobius_gemma4.text.moe import Gemma4Router, gemma4_experts
 from mobius_gemma4.text.per_layer_embeddings import Gemma4PerLayerBlock
 
 
@@ -37,7 +37,7 @@ class Gemma4DecoderLayer(nn.Module):
         self.layer_scalar = nn.Parameter([1], dtype=dtype)
         if cfg.enable_moe_block:
             self.router = Gemma4Router(cfg, dtype)
-            self.experts = Gemma4Experts(cfg, dtype)
+            self.experts = gemma4_experts(cfg, dtype)
             self.post_feedforward_layernorm_1 = RMSNorm(H, eps, dtype=dtype)
             self.post_feedforward_layernorm_2 = RMSNorm(H, eps, dtype=dtype)
             self.pre_feedforward_layernorm_2 = RMSNorm(H, eps, dtype=dtype)
@@ -58,8 +58,8 @@ class Gemma4DecoderLayer(nn.Module):
         if self.cfg.enable_moe_block:
             f1 = self.post_feedforward_layernorm_1(op, f)
             flat = op.Reshape(r, op.Constant(value_ints=[-1, self.cfg.hidden_size]))
-            weights = self.router(op, flat)
-            moe = self.experts(op, self.pre_feedforward_layernorm_2(op, flat), weights)
+            weights, indices = self.router(op, flat)
+            moe = self.experts(op, self.pre_feedforward_layernorm_2(op, flat), weights, indices)
             moe = self.post_feedforward_layernorm_2(op, op.Reshape(moe, op.Shape(r)))
             f = op.Add(f1, moe)
         h = op.Add(r, self.post_feedforward_layernorm(op, f))
