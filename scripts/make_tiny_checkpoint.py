@@ -14,7 +14,8 @@ Writes what a HuggingFace checkpoint folder holds, so ``mobius build`` and
 - ``tokenizer.json``: a byte-level BPE trained with the ``tokenizers`` library on
   the public-domain text below, exactly ``VOCAB`` ids, with Gemma's special tokens
   as added special tokens at the ids in ``SPECIAL``;
-- ``tokenizer_config.json`` naming those tokens and a minimal Gemma-style chat template;
+- ``tokenizer_config.json`` naming those tokens, and ``chat_template.jinja``: a Gemma 4
+  style chat template (system / user / assistant turns, image and audio parts);
 - ``README.md`` saying how it was made.
 
 The architecture exercises the Gemma 4 text features (per-layer embeddings, KV
@@ -177,12 +178,39 @@ AUDIO_CONFIG = {
 SOFT_TOKENS_PER_IMAGE = 70
 """The smallest budget HF's Gemma4ImageProcessor allows: short image prompts."""
 
-CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}"
-    "<|turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
-    "{{ message['content'] | trim }}<turn|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|turn>model\n{% endif %}"
-)
+CHAT_TEMPLATE = r"""{#- Gemma 4 turn layout of the bundled tiny checkpoints (written for mobius):
+    <bos>, then per message <|turn>ROLE\n CONTENT <turn|>\n (assistant is "model"),
+    then <|turn>model\n when a generation prompt is asked for. CONTENT is a string
+    or a list of parts: text (trimmed); image -> <|image|>; audio -> <|audio|>. -#}
+{{- bos_token -}}
+{%- for message in messages -%}
+    {%- if message['role'] not in ['system', 'user', 'assistant'] -%}
+        {{- raise_exception("unknown role '" ~ message['role'] ~ "'") -}}
+    {%- endif -%}
+    {{- '<|turn>' ~ ('model' if message['role'] == 'assistant' else message['role']) ~ '\n' -}}
+    {%- if message['content'] is string -%}
+        {{- message['content'] | trim -}}
+    {%- else -%}
+        {%- for part in message['content'] -%}
+            {%- if part['type'] == 'image' -%}
+                {{- '<|image|>' -}}
+            {%- elif part['type'] == 'audio' -%}
+                {{- '<|audio|>' -}}
+            {%- elif part['type'] == 'text' -%}
+                {{- part['text'] | trim -}}
+            {%- else -%}
+                {{- raise_exception("unknown content part type '" ~ part['type'] ~ "'") -}}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- endif -%}
+    {{- '<turn|>\n' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{- '<|turn>model\n' -}}
+{%- endif -%}
+"""
+"""``chat_template.jinja``: the Gemma 4 turn layout with system/user/assistant turns and
+image/audio content parts (written for mobius; renders what HF's apply_chat_template does)."""
 
 
 def make_tokenizer(special: dict[str, int] = SPECIAL):
@@ -305,7 +333,8 @@ Tokenizer: byte-level BPE trained with `tokenizers` on public-domain text
 (Declaration of Independence, Gettysburg Address, openings of "Pride and
 Prejudice" and "A Tale of Two Cities"; inline in the script), exactly {VOCAB}
 ids. Special tokens (added, special): {specials}. Stop ids: `<eos>`, `<turn|>`.
-The chat template is Gemma's turn layout (`<bos><|turn>user\\n…<turn|>\\n<|turn>model\\n`).
+`chat_template.jinja` is Gemma 4's turn layout (`<bos><|turn>user\\n…<turn|>\\n<|turn>model\\n`,
+system and assistant turns, image and audio content parts), written for mobius.
 
 | file | bytes |
 |---|---|
@@ -410,12 +439,12 @@ def main(argv: list[str]) -> int:
         "add_bos_token": True,
         "add_eos_token": False,
         "model_max_length": TEXT_CONFIG["max_position_embeddings"],
-        "chat_template": CHAT_TEMPLATE,
         "extra_special_tokens": {"sot_token": "<|turn>", "eot_token": "<turn|>"},
     }
     if multimodal:
         tok_cfg["extra_special_tokens"].update(MM_TOKEN_NAMES)
     (out / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
+    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
     files = {p.name: p.stat().st_size for p in out.iterdir() if p.name != "README.md"}
     (write_mm_readme if multimodal else write_readme)(out, files)
     total = sum(p.stat().st_size for p in out.iterdir())

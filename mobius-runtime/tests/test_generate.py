@@ -73,7 +73,10 @@ def test_prompt_uses_family_processors_and_streams(single_pkg, host):
 
 def test_images_go_through_the_family_preprocessing(split_pkg, host):
     p = Pipeline.load(split_pkg, device="cpu", host=host)
-    with_image = p.generate(prompt="b", images=["img"], max_new_tokens=3, stop_ids=())
+    # no chat template in the package: one user message takes the family's layout
+    content = [{"type": "image", "image": "img"}, {"type": "text", "text": "b"}]
+    messages = [{"role": "user", "content": content}]
+    with_image = p.generate(messages=messages, max_new_tokens=3, stop_ids=())
     assert with_image.prompt_ids == [1, 3, 4]  # format_prompt put one "a" per image
     assert "vision_encoder" in p._sessions
 

@@ -125,7 +125,10 @@ def build(
     progress.message("validating the pipeline contract against the graphs")
     validate(contract, graphs)
 
+    from mobius.chat_files import chat_files
+
     files = host.runtime_files(model_type, config, contract, checkpoint, options)
+    files = [*files, *chat_files(checkpoint, files)]
     manifest = {
         "model_type": model_type,
         "task": _task(host, model_type),

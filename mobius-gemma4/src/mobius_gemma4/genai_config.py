@@ -17,9 +17,9 @@ TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
     "generation_config.json",
-    "chat_template.jinja",
     "special_tokens_map.json",
 )
+"""Copied when present; core adds the chat template (``mobius.chat_files``) for every family."""
 
 
 def genai_config(config: Gemma4Config, eos: list[int]) -> dict:

@@ -37,6 +37,10 @@ def _readable(kind: str, files: list[Path]) -> list[Path]:
 def run(
     package: Annotated[Path, typer.Argument(help="Model package folder (has mobius.json).")],
     prompt: Annotated[str, typer.Option("--prompt", "-p", help="The user prompt.")],
+    raw: Annotated[
+        bool,
+        typer.Option("--raw", help="Send the prompt verbatim, without the chat template."),
+    ] = False,
     image: Annotated[list[Path] | None, typer.Option("--image", help="Image file.")] = None,
     audio: Annotated[list[Path] | None, typer.Option("--audio", help="Audio file.")] = None,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1)] = 128,
@@ -55,6 +59,7 @@ def run(
         result = _generate(
             package,
             prompt,
+            raw,
             image or [],
             audio or [],
             max_new_tokens,
@@ -82,6 +87,7 @@ def run(
 def _generate(
     package: Path,
     prompt: str,
+    raw: bool,
     images: list[Path],
     audio: list[Path],
     max_new_tokens: int,
@@ -115,10 +121,24 @@ def _generate(
             sys.stdout.write(piece)
             sys.stdout.flush()
 
+    if not raw and not pipeline.has_chat_layout:
+        typer.echo(
+            "note: the package has no chat template and its family no chat layout; "
+            "the prompt is sent verbatim (as with --raw)",
+            err=True,
+        )
+        raw = True
+    if raw:
+        request: dict = {"prompt": prompt, "images": images, "audio": audio}
+    else:
+        parts = [
+            *({"type": "image", "image": str(p)} for p in images),
+            *({"type": "audio", "audio": str(p)} for p in audio),
+            {"type": "text", "text": prompt},
+        ]
+        request = {"messages": [{"role": "user", "content": parts}]}
     return pipeline.generate(
-        prompt=prompt,
-        images=images,
-        audio=audio,
+        **request,
         max_new_tokens=max_new_tokens,
         do_sample=sample,
         temperature=temperature,

@@ -12,6 +12,7 @@ under a lock.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -28,6 +29,8 @@ from mobius_runtime.hashing import verify_files
 from mobius_runtime.plan import Plan, compile_plan
 from mobius_runtime.sampling import pick
 from mobius_runtime.text import TextSide, as_ids, context_length
+
+log = logging.getLogger("mobius_runtime")
 
 
 @dataclass
@@ -165,7 +168,23 @@ class Pipeline:
             if pipeline.plan.presence[name] is None:
                 pipeline.session(name)
                 pipeline.executor.shared(name)
+        pipeline._note_chat_layout()
         return pipeline
+
+    def _note_chat_layout(self) -> None:
+        """Say once, at load, when chat messages will use the family's built-in layout."""
+        from mobius_runtime.chat import TEMPLATE_FILE
+
+        if self.plan.logits is None or (self.root / TEMPLATE_FILE).is_file():
+            return
+        if self.text.processors.format_prompt is not None:
+            log.warning(
+                "%s has no %s: chat messages use the %s family's built-in layout "
+                "(one user message); rebuild from a checkpoint with a chat template for more",
+                self.root,
+                TEMPLATE_FILE,
+                self.manifest.get("model_type"),
+            )
 
     def session(self, component: str) -> Any:
         """The (checked) session of ``component``, opened on first use."""
@@ -263,12 +282,37 @@ class Pipeline:
 
     # ------------------------------------------------------------------ generate
 
+    @property
+    def has_chat_layout(self) -> bool:
+        """True when ``messages`` can be rendered: a chat template, or the family's layout."""
+        return self.text.chat is not None or self.text.processors.format_prompt is not None
+
+    def apply_chat_template(
+        self, messages: Any, add_generation_prompt: bool = True, **kwargs: Any
+    ) -> str:
+        """The prompt text ``messages`` make with the package's chat template.
+
+        ``messages`` are HF-shaped (see :mod:`mobius_runtime.chat`); extra keyword
+        arguments reach the template as variables (e.g. ``enable_thinking=False``).
+        Without a template in the package, the family's built-in layout serves a
+        single user message. Media parts become the template's placeholders; ids
+        come from :meth:`encode_messages`.
+        """
+        from mobius_runtime.chat import parse_messages
+
+        conversation = parse_messages(messages, self.modalities)
+        if kwargs and self.text.chat is not None:
+            return self.text.chat.render(conversation.messages, add_generation_prompt, **kwargs)
+        return self.text.chat_prompt(conversation, add_generation_prompt)
+
     def generate(
         self,
         prompt: str | None = None,
         input_ids: Any = None,
         images: Sequence[Any] = (),
         audio: Sequence[Any] = (),
+        *,
+        messages: Any = None,
         max_new_tokens: int = 64,
         do_sample: bool = False,
         temperature: float = 1.0,
@@ -278,8 +322,14 @@ class Pipeline:
         stop_ids: Iterable[int] | None = None,
         on_token: Callable[[int, str], None] | None = None,
     ) -> GenerationResult:
-        """Generate up to ``max_new_tokens`` ids after a prompt (text or ids).
+        """Generate up to ``max_new_tokens`` ids after ``messages``, a ``prompt`` or ``input_ids``.
 
+        ``messages`` (HF-shaped, media inside as parts) go through the package's chat
+        template with a generation prompt. ``prompt`` is used verbatim, as
+        onnxruntime-genai and HF processors use it: no chat wrapping; each media
+        placeholder it holds (``<|image|>`` / ``<|audio|>`` for Gemma 4) takes the next
+        of ``images`` / ``audio`` in order; BOS is added only when the text has none.
+        ``input_ids`` are the model's ids, placeholders already expanded.
         ``on_token(id, text_piece)`` is called as each token is chosen;
         ``text_piece`` is the newly decodable text (possibly empty while a
         multi-byte character is incomplete). Generation stops at a stop id
@@ -298,19 +348,35 @@ class Pipeline:
                 where="max_new_tokens",
                 fix="pass a positive number",
             )
-        if (prompt is None) == (input_ids is None):
+        if sum(x is not None for x in (prompt, input_ids, messages)) != 1:
             raise RequestError(
-                "generate() needs exactly one of prompt or input_ids",
+                "generate() needs exactly one of messages, prompt or input_ids",
                 where="generate()",
-                fix="pass prompt='…' or input_ids=[…]",
+                fix="pass messages=[…], prompt='…' or input_ids=[…]",
             )
+        text = None
+        if messages is not None:
+            from mobius_runtime.chat import parse_messages
+
+            if images or audio:
+                raise RequestError(
+                    "with messages, media go inside the messages, not in images=/audio=",
+                    where="generate()",
+                    fix='add {"type": "image", "image": …} parts to the user message',
+                )
+            conversation = parse_messages(messages, self.modalities)
+            images, audio = conversation.images, conversation.audio
+            text = self.text.chat_prompt(conversation)
+            self.text.check_placeholders(text, conversation)
+        elif prompt is not None:
+            text = prompt
         caller: dict[str, Any] = {}
         image_inputs, image_tokens = self.text.media_inputs("image", images, self.modalities)
         audio_inputs, audio_tokens = self.text.media_inputs("audio", audio, self.modalities)
         caller.update(image_inputs)
         caller.update(audio_inputs)
-        if prompt is not None:
-            ids = as_ids(self.text.encode(prompt, image_tokens, audio_tokens))
+        if text is not None:
+            ids = as_ids(self.text.encode(text, image_tokens, audio_tokens))
         else:
             ids = as_ids(input_ids)
         prompt_len = int(ids.shape[1])

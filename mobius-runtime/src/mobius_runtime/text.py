@@ -14,13 +14,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mobius.errors import ConfigError, PackageError
 from mobius.records import Processors
 from mobius_runtime.errors import RequestError
+
+if TYPE_CHECKING:
+    from mobius_runtime.chat import ChatTemplate, Conversation
 
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -93,6 +96,8 @@ class TextSide:
         self._host = host
         self._tokenizer: Any = None
         self._processors: tuple[Processors, bool] | None = None
+        self._chat: tuple[ChatTemplate | None] | None = None
+        self._special: dict[str, str] | None = None
 
     @property
     def processors(self) -> Processors:
@@ -145,22 +150,110 @@ class TextSide:
         counts = [int(n) for n in out.pop("num_soft_tokens", [])]
         return out, counts
 
+    @property
+    def chat(self) -> ChatTemplate | None:
+        """The package's chat template (None when the checkpoint shipped none)."""
+        if self._chat is None:
+            from mobius_runtime.chat import ChatTemplate
+
+            self._chat = (ChatTemplate.load(self.root),)
+        return self._chat[0]
+
+    @property
+    def special_tokens(self) -> dict[str, str]:
+        if self._special is None:
+            from mobius_runtime.chat import special_tokens
+
+            self._special = special_tokens(self.root)
+        return self._special
+
+    @property
+    def bos_id(self) -> int | None:
+        """The BOS id: the family's, else the tokenizer config's ``bos_token``."""
+        if self.processors.bos_token_id is not None:
+            return self.processors.bos_token_id
+        name = self.special_tokens.get("bos_token")
+        return None if name is None else self.tokenizer.token_to_id(name)
+
+    def token_id(self, name: str) -> int | None:
+        """The id of a named special token (``image_token`` …), if the package has it."""
+        text = self.special_tokens.get(name)
+        if text is None or not (self.root / TOKENIZER_FILE).is_file():
+            return None
+        return self.tokenizer.token_to_id(text)
+
+    def chat_prompt(self, conversation: Conversation, add_generation_prompt: bool = True) -> str:
+        """The prompt text of checked messages: the checkpoint's template, else the family's.
+
+        The family's built-in layout (``Processors.format_prompt``) serves only a
+        conversation of one user message, with its media before its text.
+        """
+        if self.chat is not None:
+            return self.chat.render(conversation.messages, add_generation_prompt)
+        fmt = self.processors.format_prompt
+        messages = conversation.messages
+        single = len(messages) == 1 and messages[0].get("role") == "user"
+        if fmt is None or not single or not add_generation_prompt:
+            raise RequestError(
+                "this package has no chat template"
+                + ("" if fmt is None else " and its family layout takes one user message"),
+                where=str(self.root / "chat_template.jinja"),
+                fix="rebuild from a checkpoint with chat_template.jinja (or a chat_template in "
+                "tokenizer_config.json), or pass prompt= with the text laid out yourself",
+            )
+        content = messages[0].get("content") or ""
+        if not isinstance(content, str):
+            content = "".join(p["text"] for p in content if p.get("type") == "text")
+        text = fmt(content, len(conversation.images), len(conversation.audio))
+        return content if text is None else text
+
+    def check_placeholders(self, text: str, conversation: Conversation) -> None:
+        """The rendered chat must hold one media placeholder per media part."""
+        for kind, items in (("image", conversation.images), ("audio", conversation.audio)):
+            token = self.special_tokens.get(f"{kind}_token")
+            if token is None or not items:
+                continue
+            found = text.count(token)
+            if found != len(items):
+                raise RequestError(
+                    f"the messages have {len(items)} {kind} part(s) but the chat template "
+                    f"rendered {found} {token} placeholder(s)",
+                    where=str(self.root / "chat_template.jinja"),
+                    fix=f"give the {kind}s as parts of messages the template renders "
+                    f"(it may drop media from some roles), one part per {kind}",
+                )
+
     def encode(
-        self, prompt: str, image_tokens: Sequence[int] = (), audio_tokens: Sequence[int] = ()
+        self, text: str, image_tokens: Sequence[int] = (), audio_tokens: Sequence[int] = ()
     ) -> list[int]:
-        """Chat-format, expand media placeholders, tokenize, add BOS when missing."""
-        procs = self.processors
-        text = prompt
-        if procs.format_prompt is not None:
-            formatted = procs.format_prompt(prompt, len(image_tokens), len(audio_tokens))
-            text = prompt if formatted is None else formatted
-        if procs.expand_prompt is not None and (image_tokens or audio_tokens):
-            text = procs.expand_prompt(text, list(image_tokens), list(audio_tokens))
-        if not self.has_family:
+        """Verbatim text → ids: media placeholders expanded, BOS added when the text has none.
+
+        Each media placeholder the text holds (``<|image|>`` …, the family decides)
+        takes the next item's soft tokens, in order; placeholders and items must
+        match one to one.
+        """
+        if not isinstance(text, str):
+            raise RequestError(
+                f"the prompt must be a str, got {type(text).__name__}",
+                where="prompt",
+                fix="pass text, or input_ids=[...] for ids",
+            )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise RequestError(
+                f"the prompt is not valid Unicode text: {exc.reason} at character {exc.start}",
+                where="prompt",
+                fix="remove lone surrogates (decode input bytes with errors='replace')",
+            ) from None
+        expand = self.processors.expand_prompt
+        if expand is not None:  # a family without it lays media out in format_prompt
+            text = expand(text, list(image_tokens), list(audio_tokens))
+        bos = self.bos_id
+        if bos is None:
             return list(self.tokenizer.encode(text, add_special_tokens=True).ids)
         ids = list(self.tokenizer.encode(text, add_special_tokens=False).ids)
-        bos = procs.bos_token_id
-        if bos is not None and (not ids or ids[0] != bos):
+        if not ids or ids[0] != bos:
             ids.insert(0, bos)
         return ids
 

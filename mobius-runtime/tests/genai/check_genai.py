@@ -178,7 +178,7 @@ def run_case(case: Case, package: Path, pipeline, model) -> tuple[bool, str]:
     if case.kind == "audio":
         media = {"audio": [str(case.media)]}
     t0 = time.perf_counter()
-    ours_hf = pipeline.generate(prompt=case.prompt, max_new_tokens=NEW_TOKENS, **media)
+    ours_hf = pipeline.generate(prompt=chat_text(case), max_new_tokens=NEW_TOKENS, **media)
     theirs_prompt, inputs = og_prompt(model, case, chat_text(case))
     expected = (
         ours_hf.prompt_ids
