@@ -187,11 +187,13 @@ def test_disconnect_mid_stream_frees_the_slot(server, pipeline):
     cancelled = server.engine.finished["cancelled"]
     body = {"model": "tiny", "prompt": IDS[0], "max_tokens": 3000, "temperature": 0,
             "stream": True}  # fmt: skip
-    with httpx.Client(timeout=30) as http:
-        with http.stream("POST", server.url + "/v1/completions", json=body) as r:
-            lines = r.iter_lines()
-            seen = [line for _, line in zip(range(6), lines) if line.startswith("data:")]
-            assert len(seen) >= 2
+    with (
+        httpx.Client(timeout=30) as http,
+        http.stream("POST", server.url + "/v1/completions", json=body) as r,
+    ):
+        lines = r.iter_lines()
+        seen = [line for _, line in zip(range(6), lines) if line.startswith("data:")]
+        assert len(seen) >= 2
     deadline = time.monotonic() + 10
     while server.engine.active or server.engine.queued:
         assert time.monotonic() < deadline, "the disconnected request kept its slot"

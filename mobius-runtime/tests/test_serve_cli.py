@@ -90,10 +90,10 @@ def test_serve_logs_requests_and_exits_0_on_signal(tiny_gqa_package, tmp_path, s
 
 
 def test_serve_without_a_package_is_a_one_line_error(tmp_path):
+    import typer
     from typer.testing import CliRunner
 
     from mobius_runtime.serve.cli import serve
-    import typer
 
     app = typer.Typer()
     app.command("serve")(serve)

@@ -62,9 +62,12 @@ def url_bytes(url: str, param: str, allow_remote: bool) -> bytes:
 
 
 def _fetch(url: str, param: str) -> bytes:
+    import time
+
     import httpx
 
     chunks, size = [], 0
+    deadline = time.monotonic() + FETCH_TIMEOUT_S
     try:
         with httpx.stream("GET", url, timeout=FETCH_TIMEOUT_S, follow_redirects=True) as r:
             if r.status_code != 200:
@@ -73,6 +76,8 @@ def _fetch(url: str, param: str) -> bytes:
                 size += len(chunk)
                 if size > MAX_MEDIA_BYTES:
                     raise ApiError(400, f"{url} is larger than {MAX_MEDIA_BYTES} bytes", param)
+                if time.monotonic() > deadline:
+                    raise ApiError(400, f"fetching {url} took over {FETCH_TIMEOUT_S} s", param)
                 chunks.append(chunk)
     except httpx.HTTPError as exc:
         raise ApiError(400, f"cannot fetch {url}: {exc}", param, "invalid_url") from None
