@@ -161,13 +161,17 @@ class Executor:
         state: Mapping[str, Any] | None,
         past_len: int,
         capacity: int | None = None,
+        generated: Mapping[str, np.ndarray] | None = None,
     ) -> dict[str, Any]:
         """Run one step; returns every component output (OrtValue) keyed ``comp.port``.
 
         ``capacity`` (the most positions this request will ever hold) enables shared
         KV buffers for components whose graphs allow it; ``None`` keeps the concat
         path. A request must use one mode for all its steps: the state a shared step
-        returns is the capacity-long buffers.
+        returns is the capacity-long buffers. ``generated`` replaces the runtime's
+        ``attention_mask`` / ``position_ids`` (by name) for a batch whose rows have
+        different past lengths (:mod:`mobius_runtime.batching`); ``past_len`` is then
+        the longest row's.
         """
         self.check_request(caller)
         run, how = self._resolve(caller, state)
@@ -198,6 +202,7 @@ class Executor:
                         batch,
                         seq,
                         past_len,
+                        generated,
                     )
                 binding.bind_ortvalue_input(name, value)
             bound = share.outputs if share is not None else {}
@@ -246,6 +251,7 @@ class Executor:
         batch: int,
         seq: int,
         past_len: int,
+        generated: Mapping[str, np.ndarray] | None = None,
     ) -> Any:
         kind, detail = how
         if kind == "edge":
@@ -261,6 +267,8 @@ class Executor:
             return zeros(tuple(detail), ort_type, self.device)
         if kind == "initial":
             return zeros(_initial_shape(key, detail, batch), ort_type, self.device)
+        if generated is not None and detail in generated:
+            return to_ortvalue(generated[detail], ort_type, self.device)
         return to_ortvalue(
             _generated(key, detail, rank, batch, seq, past_len), ort_type, self.device
         )

@@ -308,6 +308,28 @@ class Pipeline:
             return self.text.chat.render(conversation.messages, add_generation_prompt, **kwargs)
         return self.text.chat_prompt(conversation, add_generation_prompt)
 
+    def encode_messages(self, messages: Any) -> dict[str, Any]:
+        """The caller inputs ``messages`` make: ``input_ids`` [1, S] and the media arrays.
+
+        The same ids as ``generate(messages=...)`` feeds (chat template with a
+        generation prompt, media placeholders expanded), for callers that run the
+        steps themselves (``mobius serve``'s batching engine). Media items are
+        preprocessed here; their encoders run with the prompt step.
+        """
+        from mobius_runtime.chat import parse_messages
+
+        conversation = parse_messages(messages, self.modalities)
+        text = self.text.chat_prompt(conversation)
+        self.text.check_placeholders(text, conversation)
+        image_inputs, image_tokens = self.text.media_inputs(
+            "image", conversation.images, self.modalities
+        )
+        audio_inputs, audio_tokens = self.text.media_inputs(
+            "audio", conversation.audio, self.modalities
+        )
+        ids = as_ids(self.text.encode(text, image_tokens, audio_tokens))
+        return {**image_inputs, **audio_inputs, "input_ids": ids}
+
     def generate(
         self,
         prompt: str | None = None,

@@ -1,0 +1,313 @@
+"""Continuous batching: one thread decodes every active request in one batched step.
+
+Requests are queued by :meth:`Engine.submit` (any thread); the engine thread loops:
+
+1. drop the rows of cancelled requests (a client that went away frees its slot here,
+   at the next step);
+2. admit queued requests while fewer than ``max_batch`` are active: each is prefilled
+   alone (its media encoders run here), picks its first token and joins the running
+   cohort (:mod:`mobius_runtime.batching`);
+3. one batched decode step for all active rows; each row picks its next token with
+   its own sampler and seed, streams its new text, and leaves when it stops.
+
+A full queue (``max_queue`` waiting) refuses at once (:class:`QueueFull`), never
+blocks. Per request, events go to its ``sink`` from the engine thread:
+``("delta", text)``, then ``("done", Finished)`` or ``("error", exception)``.
+Text is streamed as it becomes decodable; text that might be the start of a ``stop``
+string is held back until it is known not to be one, so streamed deltas always
+concatenate to the final text. One log line per finished request: id, prompt and
+completion tokens, time to first token, decode tokens/s.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mobius_runtime.batching import Batcher, Cohort
+from mobius_runtime.sampling import pick
+
+log = logging.getLogger("mobius_runtime.serve")
+
+
+class QueueFull(Exception):
+    """The engine's queue holds ``max_queue`` requests already."""
+
+
+class EngineStopped(Exception):
+    """The engine is shutting down and takes no more requests."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How one request picks tokens. ``temperature == 0`` is greedy."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a finished request reports: its text, why it stopped and its token counts."""
+
+    text: str
+    finish_reason: str  # "stop" | "length" | "cancelled"
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_ms: float
+    tokens_per_s: float
+
+
+@dataclass(eq=False)
+class Request:
+    """One request in the engine. ``caller`` are its inputs (ids [1, S], media arrays)."""
+
+    id: str
+    caller: dict[str, Any]
+    sampling: Sampling
+    sink: Callable[[str, Any], None]
+    prompt_tokens: int = 0
+    ids: list[int] = field(default_factory=list)
+    emitted: str = ""
+    cancelled: bool = False
+    submitted: float = 0.0
+    first: float | None = None
+    rng: Any = None
+
+
+class Engine:
+    """Runs the requests of one :class:`~mobius_runtime.pipeline.Pipeline` in batched steps."""
+
+    def __init__(self, pipeline: Any, max_batch: int = 8, max_queue: int = 64) -> None:
+        if max_batch < 1 or max_queue < 0:
+            raise ValueError("max_batch must be >= 1 and max_queue >= 0")
+        self.pipeline = pipeline
+        self.batcher = Batcher(pipeline)
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.stops = set(pipeline.text.processors.stop_token_ids)
+        self.context = pipeline.context_length
+        self._waiting: collections.deque[Request] = collections.deque()
+        self._cohorts: list[tuple[Cohort, list[Request]]] = []
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._ids = itertools.count(1)
+        self.steps = 0  # decode steps run (all cohorts of one loop count once)
+        self.peak_batch = 0  # the most requests one decode step has served
+        self.finished: collections.Counter[str] = collections.Counter()  # by finish reason
+
+    # ------------------------------------------------------------------ public
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="mobius-engine", daemon=True)
+        self._thread.start()
+
+    def submit(
+        self,
+        caller: dict[str, Any],
+        sampling: Sampling,
+        sink: Callable[[str, Any], None],
+        request_id: str | None = None,
+    ) -> Request:
+        """Queue a request (``caller["input_ids"]`` is [1, S]); raises QueueFull at once."""
+        prompt = int(np.shape(caller["input_ids"])[1])
+        request = Request(
+            id=request_id or f"req-{next(self._ids)}",
+            caller=caller,
+            sampling=sampling,
+            sink=sink,
+            prompt_tokens=prompt,
+            submitted=time.perf_counter(),
+            rng=np.random.default_rng(sampling.seed),
+        )
+        with self._cond:
+            if self._stopping:
+                raise EngineStopped("the server is shutting down")
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFull(f"{len(self._waiting)} requests are queued (--max-queue)")
+            self._waiting.append(request)
+            self._cond.notify()
+        return request
+
+    def cancel(self, request: Request) -> None:
+        """Stop ``request``; its slot is freed before the next decode step."""
+        with self._cond:
+            request.cancelled = True
+            self._cond.notify()
+
+    @property
+    def active(self) -> int:
+        return sum(len(rows) for _, rows in self._cohorts)
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiting)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Refuse new requests, cancel queued and running ones, join the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._waiting and not self._cohorts:
+                    self._cond.wait()
+                if self._stopping:
+                    break
+            try:
+                self._iterate()
+            except Exception as exc:  # a bug or a device failure: fail every request
+                log.exception("engine step failed")
+                for _, rows in self._cohorts:
+                    for request in rows:
+                        request.sink("error", exc)
+                self._cohorts = []
+        with self._cond:
+            left = list(self._waiting) + [r for _, rows in self._cohorts for r in rows]
+            self._waiting.clear()
+        self._cohorts = []
+        for request in left:
+            self._finish(request, "cancelled")
+
+    def _iterate(self) -> None:
+        self._drop(lambda r: r.cancelled, "cancelled")
+        while self.active < self.max_batch:
+            with self._cond:
+                if not self._waiting:
+                    break
+                request = self._waiting.popleft()
+            if request.cancelled:
+                self._finish(request, "cancelled")
+                continue
+            self._admit(request)
+        if not self._cohorts:
+            return
+        self.peak_batch = max(self.peak_batch, self.active)
+        for cohort, rows in self._cohorts:
+            logits = self.batcher.decode(cohort, [r.ids[-1] for r in rows])
+            for row, request in enumerate(rows):
+                self._take(request, logits[row], cohort.pasts[row])
+        self.steps += 1
+        self._drop(lambda r: r.first is None, None)
+
+    def _admit(self, request: Request) -> None:
+        sampling = request.sampling
+        capacity = request.prompt_tokens + sampling.max_tokens
+        if self.context is not None:
+            capacity = min(capacity, self.context)
+        try:
+            logits, cohort = self.batcher.prefill(request.caller, capacity)
+        except Exception as exc:
+            log.warning("request %s failed in prefill: %s", request.id, exc)
+            request.sink("error", exc)
+            return
+        request.caller = {}  # media arrays are no longer needed
+        request.first = time.perf_counter()
+        self._take(request, logits, request.prompt_tokens)
+        if request.first is None:  # finished on its first token
+            return
+        if self.batcher.batches and self._cohorts:
+            main, rows = self._cohorts[0]
+            self._cohorts[0] = (self.batcher.merge(main, cohort), [*rows, request])
+        else:
+            self._cohorts.append((cohort, [request]))
+
+    def _take(self, request: Request, logits: np.ndarray, past: int) -> None:
+        """Pick the next token of ``request``; stream its text; finish it when it stops."""
+        s = request.sampling
+        token = pick(
+            logits,
+            do_sample=s.temperature > 0,
+            temperature=s.temperature or 1.0,
+            top_p=s.top_p,
+            rng=request.rng,
+        )
+        request.ids.append(token)
+        text = self.pipeline.text.decode(request.ids)
+        cut = _first_stop(text, s.stop)
+        if token in self.stops or cut is not None:
+            self._finish(request, "stop", text if cut is None else text[:cut])
+        elif len(request.ids) >= s.max_tokens or (
+            self.context is not None and past + 1 >= self.context
+        ):
+            self._finish(request, "length", text)
+        else:
+            ready = text[: len(text) - _held_back(text, s.stop)]
+            if ready.endswith("\ufffd") or not ready.startswith(request.emitted):
+                return  # an incomplete character: wait for the next token
+            if len(ready) > len(request.emitted):
+                request.sink("delta", ready[len(request.emitted) :])
+                request.emitted = ready
+
+    def _finish(self, request: Request, reason: str, text: str | None = None) -> None:
+        now = time.perf_counter()
+        if text is None:
+            text = request.emitted
+        if len(text) > len(request.emitted) and text.startswith(request.emitted):
+            request.sink("delta", text[len(request.emitted) :])
+            request.emitted = text
+        n = len(request.ids)
+        ttft = ((request.first or now) - request.submitted) * 1000.0
+        rate = (n - 1) / (now - request.first) if request.first and n > 1 else 0.0
+        finished = Finished(request.emitted, reason, request.prompt_tokens, n, ttft, rate)
+        request.first = None  # marks it done: its row leaves the cohort
+        self.finished[reason] += 1
+        log.info(
+            "%s prompt_tokens=%d completion_tokens=%d ttft_ms=%.1f tokens_per_s=%.1f finish=%s",
+            request.id,
+            request.prompt_tokens,
+            n,
+            ttft,
+            rate,
+            reason,
+        )
+        request.sink("done", finished)
+
+    def _drop(self, gone: Callable[[Request], bool], reason: str | None) -> None:
+        """Remove the rows of requests for which ``gone`` holds (finishing them as ``reason``)."""
+        cohorts = []
+        for cohort, rows in self._cohorts:
+            keep = [i for i, r in enumerate(rows) if not gone(r)]
+            if reason is not None:
+                for r in rows:
+                    if gone(r) and r.first is not None:
+                        self._finish(r, reason)
+            kept = self.batcher.keep(cohort, keep)
+            if kept is not None:
+                cohorts.append((kept, [rows[i] for i in keep]))
+        self._cohorts = cohorts
+
+
+def _first_stop(text: str, stops: Sequence[str]) -> int | None:
+    """Index where the earliest stop string begins in ``text``, or None."""
+    found = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+    return min(found) if found else None
+
+
+def _held_back(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest end of ``text`` that could begin a stop string."""
+    longest = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), longest, -1):
+            if stop.startswith(text[-n:]):
+                longest = n
+                break
+    return longest

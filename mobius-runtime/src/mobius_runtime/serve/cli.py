@@ -1,0 +1,176 @@
+"""``mobius serve PACKAGE``: the OpenAI-compatible server, run by uvicorn.
+
+Needs the ``[serve]`` extra (FastAPI, uvicorn); without it the command says how to
+install it. SIGINT / SIGTERM stop accepting connections, let running requests finish
+for up to ``GRACE_S`` seconds, cancel the rest, and exit with status 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mobius.errors import MobiusError
+
+GRACE_S = 3
+log = logging.getLogger("mobius_runtime.serve")
+
+
+def serve(
+    package: Annotated[Path, typer.Argument(help="Model package folder (has mobius.json).")],
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="0: any free port")] = 8000,
+    model_name: Annotated[
+        str | None, typer.Option("--model-name", help="Model id (default: the folder's name).")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", envvar="MOBIUS_API_KEY", help="Require `Bearer KEY`."),
+    ] = None,
+    max_batch: Annotated[
+        int, typer.Option("--max-batch", min=1, help="Requests decoded together.")
+    ] = 8,
+    max_queue: Annotated[
+        int, typer.Option("--max-queue", min=0, help="Waiting requests before 429.")
+    ] = 64,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    threads: Annotated[int | None, typer.Option("--threads", help="onnxruntime threads.")] = None,
+    allow_remote_media: Annotated[
+        bool,
+        typer.Option("--allow-remote-media", help="Fetch http(s) image URLs (size/time limited)."),
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """Serve PACKAGE over the OpenAI HTTP API (chat, completions, streaming, batching)."""
+    try:
+        server = _server(
+            package,
+            host,
+            port,
+            model_name,
+            api_key,
+            max_batch,
+            max_queue,
+            device,
+            threads,
+            allow_remote_media,
+        )
+    except MobiusError as exc:
+        if debug:
+            raise
+        typer.echo(f"error: {exc.render()}", err=True)
+        raise typer.Exit(1) from None
+    server.run()
+    if not server.started:
+        raise typer.Exit(1)  # uvicorn has said why (e.g. the port is taken)
+
+
+def _server(
+    package: Path,
+    host: str,
+    port: int,
+    model_name: str | None,
+    api_key: str | None,
+    max_batch: int,
+    max_queue: int,
+    device: str,
+    threads: int | None,
+    allow_remote_media: bool,
+) -> Any:
+    from mobius.errors import PackageError
+
+    try:
+        import uvicorn
+
+        from mobius_runtime.serve.app import Settings, create_app
+    except ImportError as exc:
+        raise MobiusError(
+            f"`mobius serve` needs FastAPI and uvicorn ({exc})",
+            where="mobius-runtime[serve]",
+            fix='pip install "mobius-runtime[serve]"',
+        ) from None
+    from mobius_runtime.engine import Engine
+    from mobius_runtime.errors import RequestError
+    from mobius_runtime.pipeline import Pipeline
+
+    if not (package / "mobius.json").is_file():
+        raise PackageError(
+            f"{package} is not a model package (no mobius.json)"
+            if package.is_dir()
+            else f"package folder {package} does not exist",
+            where=str(package),
+            fix="build one with `mobius build SOURCE OUT`, then pass OUT",
+        )
+    _configure_logging()
+    pipeline = Pipeline.load(package, device=device, threads=threads)
+    if pipeline.plan.logits is None:
+        raise RequestError(
+            "this package has no logits output, so it cannot generate",
+            where="mobius.json: contract.outputs",
+            fix="serve a text-generation package",
+        )
+    engine = Engine(pipeline, max_batch=max_batch, max_queue=max_queue)
+    name = model_name or package.resolve().name
+    settings = Settings(engine, name, api_key, allow_remote_media)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Any):
+        engine.start()
+        yield
+        engine.stop(timeout=GRACE_S)
+
+    app = create_app(settings)
+    app.router.lifespan_context = lifespan
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        timeout_graceful_shutdown=GRACE_S,
+        log_config=None,
+        access_log=False,
+    )
+    return _make_server(config, name, engine)
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("mobius_runtime", "uvicorn"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+def _make_server(config: Any, name: str, engine: Any) -> Any:
+    """uvicorn's Server that logs the bound address and exits 0 after a signal."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            for server in self.servers:
+                for sock in server.sockets:
+                    bound_host, bound_port = sock.getsockname()[:2]
+                    log.info(
+                        "serving %r at http://%s:%d/v1 (max batch %d, max queue %d)",
+                        name,
+                        bound_host,
+                        bound_port,
+                        engine.max_batch,
+                        engine.max_queue,
+                    )
+
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[override]
+            with super().capture_signals():
+                yield
+                # the signal was handled by shutting down gracefully: uvicorn would
+                # re-raise it once its handlers are restored; clear it so we exit 0
+                self._captured_signals.clear()
+
+    return Server(config)

@@ -1,0 +1,205 @@
+"""`mobius serve` driven by the official ``openai`` client (text: the bundled tiny Gemma 4).
+
+The server runs in this process on 127.0.0.1 (see ``servekit``); answers are compared
+with ``Pipeline.generate`` on the same loaded pipeline, greedy.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("fastapi")
+
+from servekit import running  # noqa: E402
+
+# token-id prompts: independent of any chat template or text normalisation
+IDS = [[2, *np.random.default_rng(i).integers(7, 500, size=n).tolist()] for i, n in
+       enumerate([4, 11, 23, 7, 16, 2, 30, 9])]  # fmt: skip
+NEW = 12
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_gqa_package):
+    from mobius_runtime import Pipeline
+
+    return Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
+
+
+@pytest.fixture(scope="module")
+def server(pipeline):
+    with running(pipeline) as srv:
+        yield srv
+
+
+def test_models_and_health(server):
+    client = server.client()
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    assert client.models.retrieve("tiny").id == "tiny"
+    health = httpx.get(server.url + "/health", timeout=10)
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
+def test_completion_equals_generate(server, pipeline):
+    want = pipeline.generate(prompt="The sky is", max_new_tokens=NEW)
+    out = server.client().completions.create(
+        model="tiny", prompt="The sky is", max_tokens=NEW, temperature=0
+    )
+    assert out.choices[0].text == want.text
+    assert out.usage.prompt_tokens == len(want.prompt_ids)
+    assert out.usage.completion_tokens == len(want.ids)
+    reason = {"stop_id": "stop", "max_new_tokens": "length"}[want.stop_reason]
+    assert out.choices[0].finish_reason == reason
+
+
+def test_streamed_completion_concatenates_to_the_whole_text(server, pipeline):
+    want = pipeline.generate(input_ids=IDS[2], max_new_tokens=40)
+    stream = server.client().completions.create(
+        model="tiny", prompt=IDS[2], max_tokens=40, temperature=0, stream=True
+    )
+    chunks = list(stream)
+    assert len(chunks) >= 3
+    assert "".join(c.choices[0].text for c in chunks) == want.text
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_stop_strings_cut_the_text(server, pipeline):
+    full = pipeline.generate(input_ids=IDS[6], max_new_tokens=30, stop_ids=()).text
+    stop = full[5:7]
+    assert stop and full.find(stop) == 5, "pick a stop string that first occurs at 5"
+    client = server.client()
+    out = client.completions.create(model="tiny", prompt=IDS[6], max_tokens=30, temperature=0,
+                                    stop=[stop])  # fmt: skip
+    assert out.choices[0].text == full[:5] and out.choices[0].finish_reason == "stop"
+    stream = client.completions.create(model="tiny", prompt=IDS[6], max_tokens=30, temperature=0,
+                                       stop=stop, stream=True)  # fmt: skip
+    assert "".join(c.choices[0].text for c in stream) == full[:5]
+
+
+def test_seeded_sampling_equals_generate(server, pipeline):
+    want = pipeline.generate(input_ids=IDS[1], max_new_tokens=NEW, do_sample=True,
+                             temperature=0.8, top_p=0.9, seed=7)  # fmt: skip
+    out = server.client().completions.create(
+        model="tiny", prompt=IDS[1], max_tokens=NEW, temperature=0.8, top_p=0.9, seed=7
+    )
+    assert out.choices[0].text == want.text
+
+
+def test_eight_concurrent_clients_get_their_sequential_answers(server, pipeline):
+    want = [pipeline.generate(input_ids=p, max_new_tokens=40).text for p in IDS]
+    got: dict[int, str] = {}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(IDS))
+    steps = server.engine.steps
+
+    def client(i: int) -> None:
+        try:
+            c = server.client()
+            barrier.wait()
+            stream = i % 2 == 1
+            out = c.completions.create(
+                model="tiny", prompt=IDS[i], max_tokens=40, temperature=0, stream=stream
+            )
+            got[i] = "".join(ch.choices[0].text for ch in out) if stream else out.choices[0].text
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(IDS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert [got[i] for i in range(len(IDS))] == want
+    assert server.engine.peak_batch >= 4, "requests were not decoded together"
+    tokens = sum(len(pipeline.generate(input_ids=p, max_new_tokens=40).ids) for p in IDS)
+    assert server.engine.steps - steps < tokens, "one decode step per token: no batching"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"temperature": 3}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"n": 2}, "n"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": "many"}, "max_tokens"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"prompt": ""}, "prompt"),
+    ],
+)
+def test_bad_completion_requests_are_400(server, body, param):
+    request = {"model": "tiny", "prompt": "hi", **body}
+    r = httpx.post(server.url + "/v1/completions", json=request, timeout=10)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert error["message"]
+
+
+def test_openai_client_raises_typed_errors(server):
+    client = server.client()
+    with pytest.raises(openai.NotFoundError) as nf:
+        client.completions.create(model="gpt-4", prompt="hi", max_tokens=2)
+    assert nf.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="tiny", prompt="hi", max_tokens=2, temperature=-1)
+    with pytest.raises(openai.BadRequestError) as long:
+        client.completions.create(model="tiny", prompt=[7] * 5000, max_tokens=2)
+    assert long.value.body["code"] == "context_length_exceeded"
+    r = httpx.post(server.url + "/v1/completions", content=b"{not json", timeout=10,
+                   headers={"content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 400 and "error" in r.json()
+    assert httpx.get(server.url + "/v1/nothing", timeout=10).status_code == 404
+
+
+def test_api_key(pipeline):
+    with running(pipeline, api_key="sesame") as srv:
+        with pytest.raises(openai.AuthenticationError):
+            srv.client("wrong").models.list()
+        r = httpx.get(srv.url + "/v1/models", timeout=10)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert srv.client("sesame").models.list().data[0].id == "tiny"
+        assert httpx.get(srv.url + "/health", timeout=10).status_code == 200
+
+
+def test_full_queue_answers_429_at_once(pipeline):
+    from mobius_runtime.engine import Sampling
+
+    with running(pipeline, max_queue=1, start_engine=False) as srv:
+        ids = np.asarray([IDS[0]], dtype=np.int64)
+        srv.engine.submit({"input_ids": ids}, Sampling(max_tokens=4), lambda *_: None)
+        start = time.monotonic()
+        with pytest.raises(openai.RateLimitError) as busy:
+            srv.client().completions.create(model="tiny", prompt="hi", max_tokens=2)
+        assert time.monotonic() - start < 5
+        assert busy.value.status_code == 429 and busy.value.body["code"] == "queue_full"
+
+
+def test_disconnect_mid_stream_frees_the_slot(server, pipeline):
+    long = pipeline.generate(input_ids=IDS[0], max_new_tokens=300)
+    assert long.stop_reason == "max_new_tokens", "the prompt must run long"
+    cancelled = server.engine.finished["cancelled"]
+    body = {"model": "tiny", "prompt": IDS[0], "max_tokens": 3000, "temperature": 0,
+            "stream": True}  # fmt: skip
+    with (
+        httpx.Client(timeout=30) as http,
+        http.stream("POST", server.url + "/v1/completions", json=body) as r,
+    ):
+        lines = r.iter_lines()
+        seen = [line for _, line in zip(range(6), lines) if line.startswith("data:")]
+        assert len(seen) >= 2
+    deadline = time.monotonic() + 10
+    while server.engine.active or server.engine.queued:
+        assert time.monotonic() < deadline, "the disconnected request kept its slot"
+        time.sleep(0.05)
+    assert server.engine.finished["cancelled"] == cancelled + 1
+    assert httpx.get(server.url + "/health", timeout=10).json()["active"] == 0
+    out = server.client().completions.create(model="tiny", prompt=IDS[3], max_tokens=5,
+                                             temperature=0)  # fmt: skip
+    assert out.choices[0].text == pipeline.generate(input_ids=IDS[3], max_new_tokens=5).text

@@ -1,0 +1,103 @@
+"""The `mobius serve` command as a process: start-up line, request log, signals → exit 0."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+LISTENING = re.compile(r"serving 'pkg' at (http://127\.0\.0\.1:\d+)/v1")
+REQUEST_LOG = re.compile(
+    r"(cmpl-\w+) prompt_tokens=(\d+) completion_tokens=(\d+) ttft_ms=[\d.]+ "
+    r"tokens_per_s=[\d.]+ finish=(\w+)"
+)
+LONG_PROMPT = [2, 5, 17, 33, 90, 11]
+
+
+def _start(package) -> tuple[subprocess.Popen, str, list[str]]:
+    code = "import sys; from mobius.cli import main; sys.exit(main())"
+    args = [sys.executable, "-c", code, "serve", str(package), "--port", "0", "--device", "cpu",
+            "--threads", "1", "--max-batch", "4"]  # fmt: skip
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines: list[str] = []
+    found: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            lines.append(line)
+            m = LISTENING.search(line)
+            if m:
+                found.append(m.group(1))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    if not ready.wait(120) or not found:
+        proc.kill()
+        pytest.fail("the server did not start:\n" + "".join(lines[-20:]))
+    return proc, found[0], lines
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_logs_requests_and_exits_0_on_signal(tiny_gqa_package, tmp_path, sig):
+    package = tmp_path / "pkg"
+    package.symlink_to(tiny_gqa_package, target_is_directory=True)
+    proc, url, lines = _start(package)
+    try:
+        body = {"model": "pkg", "prompt": "hi", "max_tokens": 3, "temperature": 0}
+        r = httpx.post(url + "/v1/completions", json=body, timeout=30)
+        assert r.status_code == 200, r.text
+        rid = r.json()["id"]
+        # a long stream is running when the signal comes
+        streamed: list[str] = []
+        body = {"model": "pkg", "prompt": LONG_PROMPT, "max_tokens": 3000, "stream": True}
+
+        def stream() -> None:
+            try:
+                with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as s:
+                    for line in s.iter_lines():
+                        streamed.append(line)
+            except httpx.HTTPError:
+                pass  # the server may cut the stream when its grace period ends
+
+        reader = threading.Thread(target=stream, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 30
+        while len(streamed) < 4:
+            assert time.monotonic() < deadline, "the stream did not start"
+            time.sleep(0.02)
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        assert proc.wait(timeout=15) == 0, "".join(lines[-20:])
+        assert time.monotonic() - sent < 8, "shutdown took too long"
+        reader.join(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    logged = {m.group(1): m.groups() for m in map(REQUEST_LOG.search, lines) if m}
+    assert rid in logged and logged[rid][2:] == ("3", "length"), "".join(lines)
+    assert len(logged) == 2, "the interrupted stream is logged as well"
+
+
+def test_serve_without_a_package_is_a_one_line_error(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from mobius_runtime.serve.cli import serve
+
+    app = typer.Typer()
+    app.command("serve")(serve)
+    app.command("noop", hidden=True)(lambda: None)
+    result = CliRunner().invoke(app, ["serve", str(tmp_path / "missing")])
+    assert result.exit_code == 1
+    assert "does not exist" in result.output and "Traceback" not in result.output
