@@ -11,6 +11,7 @@ from __future__ import annotations
 from mobius.components.attention import GQA_DTYPES, Attention, GroupQueryAttention, gqa_available
 from mobius.components.dtypes import DTYPE_NAMES, dtype_name, ir_dtype, numpy_dtype
 from mobius.components.embedding import Embedding
+from mobius.components.experts import RoutedExperts, route
 from mobius.components.graph import (
     MS_DOMAIN,
     add_input,
@@ -46,6 +47,7 @@ __all__ = [
     "Linear",
     "RMSNorm",
     "RotaryEmbedding",
+    "RoutedExperts",
     "activation",
     "add_input",
     "add_output",
@@ -65,4 +67,5 @@ __all__ = [
     "rope_inv_freq",
     "rotary_cos_sin",
     "rotary_tables",
+    "route",
 ]
