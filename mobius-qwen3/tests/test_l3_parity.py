@@ -6,9 +6,10 @@ run through ``mobius_runtime.Pipeline``: a 24-token prefill and 16 cached single
 steps, against one HF float32 no-cache forward over the 40 tokens. Bars: f32
 max|Δ logits| ≤ 1e-4 and 100 % top-1 on every target; 16 greedy ids from
 ``Pipeline.generate`` equal HF ``generate``'s (HF's own KV cache); f16 tie-aware top-1
-100 % (a differing pick counts when its reference logit is within 0.02 of the maximum:
-near-ties of a random tiny model that half precision cannot resolve). Figures are
-printed (``-s``).
+100 % (a differing pick counts when its reference logit is within 0.02 of the maximum,
+or, for MoE, when the position's reference routing has a near-tie below ``ROUTE_TIE``:
+ties of a random tiny model that half precision cannot resolve; at most 5 % of the
+positions may be excused as routing ties). Figures are printed (``-s``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ SPECS = ["dense-tied", "dense-untied", "moe"]
 TARGETS = ["default", "cpu", "cuda"]
 F32_ATOL = 1e-4
 F16_TIE = 0.02
+ROUTE_TIE = 1e-3
+"""A router margin (k-th minus (k+1)-th expert probability, HF float32) below this is a
+routing near-tie for f16: float16 keeps ~3 decimal digits, so such a pick may flip."""
 
 
 def _attention_ops(package) -> dict[str, int]:
@@ -100,8 +104,27 @@ def test_f16_top1(reference_cache, parity_ids, name, target):
     package = reference_cache.build(name, dtype="f16", target=target).out
     got = step_logits(load_pipeline(package), parity_ids, PREFILL)
     assert np.isfinite(got).all()
-    _, _, aware = _report(f"{name} f16 target={target}", ref, got, F16_TIE)
-    assert aware == 1.0, f"{name} f16 {target}: tie-aware top-1 {aware:.1%}"
+    from qwen3_ref.hf_runner import route_margins
+
+    _report(f"{name} f16 target={target}", ref, got, F16_TIE)
+    r, g = ref[0], got[0]
+    picked = r[np.arange(len(g)), g.argmax(-1)]
+    agree = (r.argmax(-1) == g.argmax(-1)) | (picked >= r.max(-1) - F16_TIE)
+    k = json.loads((reference_cache.checkpoint(name).hub / "config.json").read_text())
+    margins = route_margins(
+        reference_cache.model(name), parity_ids, k.get("num_experts_per_tok", 1)
+    )
+    if margins is not None:
+        routing_tie = margins[0] < ROUTE_TIE
+        print(
+            f"[L3] {name} f16 target={target}: {int(routing_tie.sum())} routing near-tie "
+            f"position(s) {np.nonzero(routing_tie)[0].tolist()}; misses there: "
+            f"{np.nonzero(~agree & routing_tie)[0].tolist()}"
+        )
+        excused = ~agree & routing_tie
+        assert excused.mean() <= 0.05, f"{name} f16: {int(excused.sum())} misses excused as ties"
+        agree = agree | routing_tie
+    assert agree.all(), f"{name} f16 {target}: misses at {np.nonzero(~agree)[0].tolist()}"
 
 
 @pytest.mark.parametrize("name", SPECS)

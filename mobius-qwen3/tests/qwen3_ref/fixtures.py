@@ -10,7 +10,9 @@
   exercised too.
 
 Every constant-initialised parameter (the RMSNorm weights) is perturbed, so a builder
-that drops or misplaces one shows up as a logit difference.
+that drops or misplaces one shows up as a logit difference. MoE router weights are
+scaled by ``ROUTER_SCALE``: a random router at init is nearly uniform over the experts
+(top-k margins ~1e-4, inside float16 noise), a trained one is not.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+ROUTER_SCALE = 4.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,9 @@ def make_checkpoint(name: str, raw: dict[str, Any], root: Path, seed: int = 0) -
             flat = p.detach().reshape(-1)
             if flat.numel() and bool((flat == flat[0]).all()):
                 p.add_(torch.randn(p.shape, generator=generator) * 0.1)
+        for name, p in model.named_parameters():
+            if name.endswith("mlp.gate.weight"):
+                p.mul_(ROUTER_SCALE)
     saved, hub = root / "saved", root / "hub"
     model.save_pretrained(saved)
     hub.mkdir(parents=True, exist_ok=True)
