@@ -48,6 +48,12 @@ def _exponents(count: int, dim: int) -> np.ndarray:
     return np.arange(0, 2 * count, 2, dtype=np.int64).astype(_F32) / _F32(dim)
 
 
+def _pow(base: float, exps: np.ndarray) -> np.ndarray:
+    """``base ** exps`` rounded once to float32, as torch's float32 pow gives it (bit for
+    bit on HF's tables; numpy's float32 pow is off by an ulp on some entries)."""
+    return (np.float64(base) ** exps.astype(np.float64)).astype(_F32)
+
+
 def rope_inv_freq(
     params: Mapping[str, Any], head_dim: int, max_position_embeddings: int | None = None
 ) -> tuple[np.ndarray, float]:
@@ -73,12 +79,12 @@ def rope_inv_freq(
     partial = float(params.get("partial_rotary_factor") or 1.0)
     if kind == "proportional":
         angles = int(partial * head_dim // 2)
-        rotated = (1.0 / (_F32(base) ** _exponents(angles, head_dim))).astype(_F32)
+        rotated = (_F32(1.0) / _pow(base, _exponents(angles, head_dim))).astype(_F32)
         out = np.zeros(head_dim // 2, dtype=_F32)
         out[:angles] = rotated
         return (out / _F32(params.get("factor", 1.0))).astype(_F32), 1.0
     dim = int(head_dim * partial)
-    inv = (1.0 / (_F32(base) ** _exponents(dim // 2, dim))).astype(_F32)
+    inv = (_F32(1.0) / _pow(base, _exponents(dim // 2, dim))).astype(_F32)
     if kind == "default":
         return inv, 1.0
     if kind == "linear":
@@ -117,7 +123,7 @@ def _yarn(params, inv_extra, base: float, dim: int, max_positions: int | None):
         high += 0.001
     ramp = np.clip((np.arange(dim // 2, dtype=_F32) - _F32(low)) / _F32(high - low), 0, 1)
     extrapolation = (1 - ramp).astype(_F32)
-    pos_freqs = (_F32(base) ** _exponents(dim // 2, dim)).astype(_F32)
+    pos_freqs = _pow(base, _exponents(dim // 2, dim))
     inv_inter = (1.0 / (_F32(factor) * pos_freqs)).astype(_F32)
     inv_extra = (1.0 / pos_freqs).astype(_F32)
     inv = inv_inter * (1 - extrapolation) + inv_extra * extrapolation
