@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mobius_gemma4 import config_fields as cf
+from mobius import config_fields as cf
 
 FULL = "full_attention"
 SLIDING = "sliding_attention"
@@ -146,7 +146,7 @@ class Gemma4Config:
 
 # ---------------------------------------------------------------------------- reading
 #
-# Every raw value goes through mobius_gemma4.config_fields, so malformed JSON (wrong
+# Every raw value goes through mobius.config_fields, so malformed JSON (wrong
 # types, NaN, absurd sizes) is a ConfigError naming its key path, never a bare
 # TypeError, and no size can make the loops below run away (at most MAX_LAYERS).
 

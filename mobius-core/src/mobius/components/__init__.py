@@ -8,7 +8,7 @@ are written and tested once. Each module's docstring pins its constructor and
 
 from __future__ import annotations
 
-from mobius.components.attention import Attention, GroupQueryAttention
+from mobius.components.attention import GQA_DTYPES, Attention, GroupQueryAttention, gqa_available
 from mobius.components.dtypes import DTYPE_NAMES, dtype_name, ir_dtype, numpy_dtype
 from mobius.components.embedding import Embedding
 from mobius.components.experts import RoutedExperts, route
@@ -21,16 +21,25 @@ from mobius.components.graph import (
     ms_opset,
     new_graph,
 )
-from mobius.components.linear import Linear
+from mobius.components.linear import Linear, linear_transposed
 from mobius.components.masks import additive_attention_mask, allowed_positions, gqa_lengths
 from mobius.components.mlp import ACTIVATIONS, GatedMLP, activation
 from mobius.components.norm import RMSNorm
-from mobius.components.rotary import RotaryEmbedding, rotary_tables
+from mobius.components.rotary import (
+    ROPE_TYPES,
+    RotaryEmbedding,
+    apply_rotary,
+    rope_inv_freq,
+    rotary_cos_sin,
+    rotary_tables,
+)
 
 __all__ = [
     "ACTIVATIONS",
     "DTYPE_NAMES",
+    "GQA_DTYPES",
     "MS_DOMAIN",
+    "ROPE_TYPES",
     "Attention",
     "Embedding",
     "GatedMLP",
@@ -44,14 +53,19 @@ __all__ = [
     "add_output",
     "additive_attention_mask",
     "allowed_positions",
+    "apply_rotary",
     "constant",
     "dtype_name",
     "finish_model",
+    "gqa_available",
     "gqa_lengths",
     "ir_dtype",
+    "linear_transposed",
     "ms_opset",
     "new_graph",
     "numpy_dtype",
+    "rope_inv_freq",
+    "rotary_cos_sin",
     "rotary_tables",
     "route",
 ]

@@ -13,7 +13,24 @@ import math
 import onnx_ir as ir
 from onnxscript import OpBuilder, nn
 
+from mobius.components.dtypes import ir_dtype
 from mobius.components.graph import ms_opset
+
+_F32, _F16, _BF16 = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16
+GQA_DTYPES: dict[str, tuple[ir.DataType, ...]] = {"cpu": (_F32, _F16), "cuda": (_F16, _BF16)}
+"""Build dtypes onnxruntime 1.31 has a GroupQueryAttention kernel for, per build target
+(CPU: float/float16, no bfloat16 kernel, measured; CUDA: float16/bfloat16)."""
+
+
+def gqa_available(target: str, dtype: str | ir.DataType) -> bool:
+    """True when a ``--target`` build in ``dtype`` may use :class:`GroupQueryAttention`.
+
+    ``default`` never does (it is the portable ONNX ``Attention`` graph); ``cpu`` and
+    ``cuda`` do for the dtypes of :data:`GQA_DTYPES`. Whether a layer's mask is one
+    GroupQueryAttention expresses exactly (causal, optionally windowed, right padding)
+    is the family's decision on top of this.
+    """
+    return ir_dtype(dtype) in GQA_DTYPES.get(target, ())
 
 
 def _dim(value: ir.Value, axis: int) -> int | str | None:
@@ -61,8 +78,10 @@ class Attention(_AttentionCore):
     """Scaled dot-product attention on the ONNX ``Attention`` op (opset 23).
 
     Constructor: ``Attention(num_heads, num_kv_heads, head_dim, *, scale=None, softcap=0.0,
-    is_causal=False, name=None)``; ``scale`` defaults to ``1/sqrt(head_dim)``; ``softcap > 0``
-    caps the logits (``softcap·tanh(s/softcap)``) before the mask is added.
+    is_causal=False, softmax_float32=False, name=None)``; ``scale`` defaults to
+    ``1/sqrt(head_dim)``; ``softcap > 0`` caps the logits (``softcap·tanh(s/softcap)``)
+    before the mask is added; ``softmax_float32`` sets ``softmax_precision`` to float32
+    (HF computes the softmax in float32 for half-precision models).
 
     ``forward(op, q, k, v, mask=None, past_key=None, past_value=None)
     -> (out, present_key, present_value)``:
@@ -84,10 +103,12 @@ class Attention(_AttentionCore):
         scale: float | None = None,
         softcap: float = 0.0,
         is_causal: bool = False,
+        softmax_float32: bool = False,
         name: str | None = None,
     ) -> None:
         super().__init__(num_heads, num_kv_heads, head_dim, scale, softcap, name)
         self.is_causal = bool(is_causal)
+        self.softmax_float32 = bool(softmax_float32)
 
     def forward(
         self,
@@ -110,6 +131,8 @@ class Attention(_AttentionCore):
             attrs["softcap"] = self.softcap
         if self.is_causal:
             attrs["is_causal"] = 1
+        if self.softmax_float32:
+            attrs["softmax_precision"] = 1  # TensorProto.FLOAT
         out, present_key, present_value = op.Attention(
             q, k, v, mask, past_key, past_value, **attrs, _outputs=3
         )

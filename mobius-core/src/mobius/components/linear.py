@@ -42,3 +42,19 @@ class Linear(nn.Module):
         if self.bias is not None:
             y = op.Add(y, self.bias)
         return y
+
+
+def linear_transposed(op: OpBuilder, x: ir.Value, weight: ir.Value, out_features: int) -> ir.Value:
+    """``x @ weightᵀ`` for a weight kept in the checkpoint's ``[out, in]`` layout.
+
+    ``x`` ``[B, S, in]`` → ``[B, S, out_features]`` as one ``Gemm(transB=1)`` on the
+    flattened ``[B·S, in]``. Used for output heads: a tied head reuses the ``[V, H]``
+    token-embedding table itself (one initializer), and an untied ``lm_head.weight``
+    stays as stored, so the package writer streams it instead of materializing a
+    transposed copy of a vocabulary-sized matrix.
+    """
+    hidden = op.Shape(x, start=2, end=3)
+    flat = op.Reshape(x, op.Concat(op.Constant(value_ints=[-1]), hidden, axis=0))
+    y = op.Gemm(flat, weight, transB=1)
+    shape = op.Concat(op.Shape(x, start=0, end=2), op.Constant(value_ints=[out_features]), axis=0)
+    return op.Reshape(y, shape)

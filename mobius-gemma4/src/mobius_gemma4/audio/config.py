@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mobius.errors import ConfigError
-from mobius_gemma4 import config_fields as cf
+from mobius import config_fields as cf
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def read_audio_config(raw: Mapping[str, Any], *, where: str = "config.json") -> 
 def _read(raw: Mapping[str, Any], where: str, at: str) -> Gemma4AudioConfig:
     """Build the record from an ``audio_config`` dict (HF 5.24 defaults for missing keys)."""
     d = Gemma4AudioConfig()
-    # Checked readers (mobius_gemma4.config_fields): wrong types and absurd sizes are
+    # Checked readers (mobius.config_fields): wrong types and absurd sizes are
     # ConfigErrors naming the key at ``at`` (the section's path).
     channels = cf.int_list(raw, "subsampling_conv_channels", at, minimum=1, max_len=8) or tuple(
         d.subsampling_conv_channels

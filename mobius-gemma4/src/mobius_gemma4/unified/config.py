@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mobius_gemma4 import config_fields as cf
+from mobius import config_fields as cf
 from mobius_gemma4.config import Gemma4Config, read_media_token_ids, read_text_config
 
 MODEL_TYPE = "gemma4_unified"

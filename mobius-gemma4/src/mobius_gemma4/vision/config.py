@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mobius.errors import ConfigError
-from mobius_gemma4 import config_fields as cf
+from mobius import config_fields as cf
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def read_vision_config(raw: Mapping[str, Any], *, where: str = "config.json") ->
 def _read(raw: Mapping[str, Any], where: str, at: str) -> Gemma4VisionConfig:
     """Build the record from a ``vision_config`` dict (HF 5.24 defaults for missing keys)."""
     d = Gemma4VisionConfig()
-    # Checked readers (mobius_gemma4.config_fields): wrong types and absurd sizes are
+    # Checked readers (mobius.config_fields): wrong types and absurd sizes are
     # ConfigErrors naming the key at ``at`` (the section's path).
     rope = cf.mapping(raw, "rope_parameters", at) or {}
     rope_type = rope.get("rope_type", "axial")

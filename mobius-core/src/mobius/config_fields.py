@@ -3,8 +3,8 @@
 config.json is user input. Reading it with ``int()`` / ``float()`` / ``.get()`` lets a
 wrong type escape as TypeError, AttributeError or ZeroDivisionError, and lets an absurd
 size (``num_hidden_layers: 2**62``) make a later loop or allocation run away. Every
-Gemma 4 config reader (text, vision, audio) takes its raw values through these
-functions, which raise :class:`~mobius.errors.ConfigError` naming the full key path
+family's config reader (Gemma 4 text, vision, audio; Qwen3) takes its raw values through
+these functions, which raise :class:`~mobius.errors.ConfigError` naming the full key path
 (``where.key``), what was expected and what was found.
 
 Booleans are not integers here: ``true`` never passes as a size of 1. Integers pass
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from mobius.errors import ConfigError
 
 MAX_LAYERS = 4096
-"""Most layers any stack may claim (the largest Gemma 4 has 60)."""
+"""Most layers any stack may claim (the largest Gemma 4 has 60, Qwen3-235B 94)."""
 MAX_WIDTH = 1 << 20
 """Most channels of one width: hidden, intermediate, head_dim, PLE, projections."""
 MAX_HEADS = 4096
@@ -31,7 +31,7 @@ MAX_VOCAB = 1 << 24
 MAX_POSITIONS = 1 << 24
 """Most positions: max_position_embeddings, sliding_window, position tables."""
 MAX_EXPERTS = 4096
-"""Most MoE experts (Gemma 4 26B-A4B has 128)."""
+"""Most MoE experts (Gemma 4 26B-A4B and Qwen3-30B-A3B have 128)."""
 MAX_TOKEN_ID = (1 << 31) - 1
 """Token ids travel as int32/int64 tensors and JSON numbers; keep them in int32."""
 MAX_KERNEL = 1 << 12

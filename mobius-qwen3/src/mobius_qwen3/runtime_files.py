@@ -1,0 +1,79 @@
+"""Runtime files of a Qwen3 package: ``genai_config.json`` and the checkpoint's tokenizer.
+
+onnxruntime-genai 0.18 runs model type ``qwen3`` as a plain decoder LLM: one
+``decoder`` graph with its default port names, which are exactly this package's
+(``input_ids``, ``attention_mask``, ``position_ids``, ``past_key_values.{i}.key`` /
+``present.{i}.key``, ``logits``). qwen3_moe packages have the same ports and use the same
+type. Tokenizer files (and the chat template, where the checkpoint has one) are copied
+when present.
+"""
+
+from __future__ import annotations
+
+import json
+
+from mobius.records import BuildOptions, RuntimeFile
+from mobius_qwen3.config import Qwen3Config
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+)
+
+
+def stop_ids(config: Qwen3Config, generation_eos=None) -> tuple[int, ...]:
+    """Every eos id the checkpoint declares: config.json's, then generation_config's."""
+    ids = list(config.eos_token_id)
+    extra = generation_eos if isinstance(generation_eos, list) else [generation_eos]
+    ids += [i for i in extra if isinstance(i, int) and not isinstance(i, bool)]
+    return tuple(dict.fromkeys(ids))
+
+
+def genai_config(config: Qwen3Config, eos: tuple[int, ...]) -> dict:
+    pad = config.pad_token_id if config.pad_token_id is not None else (eos[0] if eos else 0)
+    model = {
+        "type": "qwen3",
+        "bos_token_id": config.bos_token_id if config.bos_token_id is not None else pad,
+        "eos_token_id": list(eos) if len(eos) != 1 else eos[0],
+        "pad_token_id": pad,
+        "context_length": config.max_position_embeddings,
+        "vocab_size": config.vocab_size,
+        "decoder": {
+            "filename": "model/model.onnx",
+            "hidden_size": config.hidden_size,
+            "num_attention_heads": config.num_attention_heads,
+            "num_key_value_heads": config.num_key_value_heads,
+            "num_hidden_layers": config.num_hidden_layers,
+            "head_size": config.head_dim,
+        },
+    }
+    search = {
+        "do_sample": False,
+        "top_k": 1,
+        "max_length": config.max_position_embeddings,
+        "past_present_share_buffer": False,
+    }
+    return {"model": model, "search": search}
+
+
+def runtime_files(config: Qwen3Config, checkpoint, options: BuildOptions) -> list[RuntimeFile]:
+    gen_eos = None
+    gen_path = checkpoint.file("generation_config.json") if checkpoint is not None else None
+    if gen_path is not None:
+        try:
+            gen_eos = json.loads(gen_path.read_text()).get("eos_token_id")
+        except (OSError, ValueError, AttributeError):
+            gen_eos = None
+    text = json.dumps(genai_config(config, stop_ids(config, gen_eos)), indent=2)
+    files = [RuntimeFile("genai_config.json", content=text.encode())]
+    if checkpoint is not None:
+        for name in TOKENIZER_FILES:
+            path = checkpoint.file(name)
+            if path is not None:
+                files.append(RuntimeFile(name, source=path))
+    return files
