@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from reference.paths import CONFIGS
 
-from mobius.errors import ConfigError
 from mobius import config_fields as cf
+from mobius.errors import ConfigError
 from mobius_gemma4.audio.config import read_audio_config
 from mobius_gemma4.config import FULL, SLIDING, read_config, read_text_config
 from mobius_gemma4.vision.config import read_vision_config

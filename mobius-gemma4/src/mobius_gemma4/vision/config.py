@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mobius.errors import ConfigError
 from mobius import config_fields as cf
+from mobius.errors import ConfigError
 
 
 @dataclass(frozen=True)
