@@ -93,7 +93,7 @@ def test_out_not_empty_is_refused_first(tiny_host, tmp_path) -> None:
     # the source does not even exist: OUT is checked before anything else
     result = invoke(["build", str(tmp_path / "absent"), str(out)], tiny_host)
     assert result.exit_code == 1
-    assert "already exists" in result.stderr and "--force" in result.stderr
+    assert "not a mobius package" in result.stderr and "--force" in result.stderr
     assert (out / "keep.txt").read_text() == "mine"
 
 
@@ -150,7 +150,8 @@ def test_console_script_error_is_short(tmp_path) -> None:
     if not MOBIUS.exists():
         pytest.skip(f"no console script at {MOBIUS}")
     out = tmp_path / "out"
-    proc = run([str(MOBIUS), "build", str(tmp_path), str(out)], MOBIUS_PLUGINS="")
+    (tmp_path / "src").mkdir()
+    proc = run([str(MOBIUS), "build", str(tmp_path / "src"), str(out)], MOBIUS_PLUGINS="")
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: no config.json"), proc.stderr
     assert "Traceback" not in proc.stderr and not out.exists()

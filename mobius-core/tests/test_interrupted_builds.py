@@ -14,6 +14,7 @@ just before its rename), writes a marker file, and waits to be signalled.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -268,7 +269,7 @@ def test_only_siblings_of_dead_writers_of_this_out_are_removed(tmp_path: Path) -
     try:
         names = {
             f".pkg.mobius-tmp-{gone}-abc": True,  # dead writer: removed
-            f".pkg.mobius-old-{gone}-1234abcd": True,  # dead --force swap: removed
+            f".pkg.mobius-old-{gone}-1234abcd": True,  # dead --force swap, OUT in place: removed
             f".pkg.mobius-tmp-{live.pid}-abc": False,  # another live writer
             f".pkg.mobius-tmp-{os.getpid()}-abc": False,  # this process (another thread?)
             f".pkg2.mobius-tmp-{gone}-abc": False,  # a different OUT
@@ -278,10 +279,13 @@ def test_only_siblings_of_dead_writers_of_this_out_are_removed(tmp_path: Path) -
         for name in names:
             (tmp_path / name).mkdir()
             (tmp_path / name / "model.onnx.data").write_bytes(b"x" * 10)
+            manifest = {"format_version": 1, "components": {"m": {"path": "model.onnx.data"}}}
+            (tmp_path / name / MANIFEST_NAME).write_text(json.dumps(manifest))
+        out.mkdir()  # the swap finished: the old sibling is a superseded copy
         removed = remove_stale_siblings(out)
         assert sorted(p.name for p in removed) == sorted(n for n, gone_ in names.items() if gone_)
         left = {p.name for p in tmp_path.iterdir()}
-        assert left == {n for n, gone_ in names.items() if not gone_}
+        assert left == {"pkg"} | {n for n, gone_ in names.items() if not gone_}
     finally:
         live.kill()
         live.wait()

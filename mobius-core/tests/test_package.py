@@ -162,18 +162,37 @@ def test_write_read_verify_round_trip_and_run(bound_model: ir.Model, tmp_path: P
     np.testing.assert_allclose(z, V + V)
 
 
-def test_non_empty_out_is_refused_and_force_replaces(bound_model: ir.Model, tmp_path: Path) -> None:
+def test_non_empty_out_is_refused_and_force_replaces_only_a_package(
+    bound_model: ir.Model, tmp_path: Path
+) -> None:
     out = tmp_path / "pkg"
     out.mkdir()
     (out / "old.txt").write_text("old")
-    with pytest.raises(PackageError, match="not empty") as info:
+    for force in (False, True):  # a folder that is not a package is never replaced
+        with pytest.raises(PackageError, match="not empty and is not a mobius package"):
+            write(out, bound_model, force=force)
+    assert (out / "old.txt").read_text() == "old"
+    (out / "old.txt").unlink()
+    write(out, bound_model)
+    with pytest.raises(PackageError, match="already holds a mobius package") as info:
         write(out, bound_model)
     assert "--force" in str(info.value) and "another folder" in str(info.value)
-    assert (out / "old.txt").exists()
     write(out, bound_model, force=True)
-    assert not (out / "old.txt").exists()
     assert verify_package(out) == []
     assert _leftovers(tmp_path) == []
+
+
+def test_write_package_refuses_the_current_folder(
+    bound_model: ir.Model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for out in (work, tmp_path, Path(".")):
+        with pytest.raises(PackageError, match="the current folder"):
+            write(out, bound_model, force=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "work"]
+    assert list(work.iterdir()) == []
 
 
 def test_empty_existing_out_is_used(bound_model: ir.Model, tmp_path: Path) -> None:
@@ -185,8 +204,9 @@ def test_empty_existing_out_is_used(bound_model: ir.Model, tmp_path: Path) -> No
 
 def test_out_that_is_a_file_is_refused(bound_model: ir.Model, tmp_path: Path) -> None:
     (tmp_path / "pkg").write_text("x")
-    with pytest.raises(PackageError, match="not a folder"):
+    with pytest.raises(PackageError, match="is a file, not a folder"):
         write(tmp_path / "pkg", bound_model, force=True)
+    assert (tmp_path / "pkg").read_text() == "x"
 
 
 class Boom(RuntimeError):
@@ -211,9 +231,8 @@ def test_failure_mid_write_leaves_nothing(bound_model: ir.Model, tmp_path: Path)
 
 
 def test_failure_with_force_keeps_the_old_package(bound_model: ir.Model, tmp_path: Path) -> None:
-    out = tmp_path / "pkg"
-    out.mkdir()
-    (out / "keep.txt").write_text("keep")
+    out = write(tmp_path / "pkg", bound_model)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
     def bad_lazy() -> ir.Tensor:
         raise Boom("lazy tensor failed")
@@ -223,7 +242,7 @@ def test_failure_with_force_keeps_the_old_package(bound_model: ir.Model, tmp_pat
     )
     with pytest.raises(Boom):
         write(out, bound_model, force=True)
-    assert (out / "keep.txt").read_text() == "keep"
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert _leftovers(tmp_path) == []
 
 

@@ -9,7 +9,7 @@
     -> validate(contract, graphs)
     -> runtime files -> write_package (atomic, streamed) -> OUT/
 
-Cheap checks run first (OUT not empty, config.json readable, a plugin owns the
+Cheap checks run first (OUT allowed by :mod:`mobius.outdir`, config.json readable, a plugin owns the
 model type) so a user mistake costs nothing. Tensor data is read only while the
 package is written. Nothing appears at OUT unless the whole build succeeded:
 the package writer assembles a temporary sibling and renames it into place.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mobius.errors import CheckpointError, MobiusError, PackageError
+from mobius.errors import CheckpointError, MobiusError
 from mobius.progress import BuildProgress, NullProgress
 
 if TYPE_CHECKING:
@@ -78,7 +78,15 @@ def build(
     progress = progress or NullProgress()
     out_path = Path(out).expanduser()
     options = build_options(dtype, target, quant)
-    refuse_existing_out(out_path, force=force)
+    from mobius.outdir import check_package_out
+
+    local = looks_local(source)
+    out_path = check_package_out(
+        out_path,
+        force=force,
+        sources=[source] if local else [],
+        notice=progress.message,
+    )
 
     if host is None:
         from mobius.plugins import PluginHost
@@ -86,7 +94,7 @@ def build(
         host = PluginHost.load()
 
     # Fail fast on a local folder before any safetensors header is read.
-    if looks_local(source):
+    if local:
         from mobius.config import read_config_file
 
         model_type, local_raw = read_config_file(source)
@@ -264,20 +272,6 @@ def looks_local(source: str) -> bool:
     if Path(source).expanduser().exists():
         return True
     return source.startswith(("/", ".", "~", "\\")) or source.count("/") > 1 or "\\" in source
-
-
-def refuse_existing_out(out: Path, *, force: bool) -> None:
-    """Refuse an OUT that exists and is not an empty folder, unless ``force``."""
-    if not out.exists() or force:
-        return
-    if out.is_dir() and not any(out.iterdir()):
-        return
-    kind = "folder" if out.is_dir() else "file"
-    raise PackageError(
-        f"output {kind} already exists and is not empty: {out}",
-        where=str(out),
-        fix="choose another OUT, remove it, or pass --force to replace it",
-    )
 
 
 def source_to_dict(source: Any) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from mobius.errors import MobiusError
+from mobius.outdir import check_output_file, write_file
 
 FORMAT = 1
 MEDIA_SUFFIX = ".inputs.npz"
@@ -185,9 +186,12 @@ def write_l5(golden_dir: Path, golden: L5Golden) -> Path:
 def _inputs_json(golden_dir: Path, case: str, inputs: Inputs) -> dict[str, Any]:
     out: dict[str, Any] = {"input_ids": list(inputs.input_ids), "media": None}
     if inputs.media:
-        path = media_path(golden_dir, case)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(_npz_bytes(inputs.media))
+        path = write_file(
+            media_path(golden_dir, case),
+            _npz_bytes(inputs.media),
+            is_ours=is_media_file,
+            what="golden media file",
+        )
         out["media"] = {
             "file": path.name,
             "sha256": inputs.media_sha256(),
@@ -200,11 +204,41 @@ def _inputs_json(golden_dir: Path, case: str, inputs: Inputs) -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(_dumps(data) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    text = _dumps(data) + "\n"
+    return write_file(path, text.encode("utf-8"), is_ours=is_golden_file, what="golden file")
+
+
+def is_golden_file(path: Path) -> bool:
+    """Whether ``path`` is a golden JSON file (so regenerating may overwrite it)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and "format" in data and data.get("kind") in ("l4", "l5")
+
+
+def is_media_file(path: Path) -> bool:
+    """Whether ``path`` is an ``.npz`` (a zip) that a golden's media arrays may replace."""
+    try:
+        with path.open("rb") as f:
+            return f.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
+
+
+def check_golden_targets(golden_dir: Path, case_id: str, levels: Sequence[str]) -> None:
+    """Refuse, before any work, golden paths whose writing would overwrite a user's file.
+
+    The policy is :mod:`mobius.outdir`'s: only a previous golden is replaced, never
+    a symbolic link, a folder or another file.
+    """
+    for level in levels:
+        check_output_file(
+            golden_path(golden_dir, case_id, level), is_ours=is_golden_file, what="golden file"
+        )
+    check_output_file(
+        media_path(golden_dir, case_id), is_ours=is_media_file, what="golden media file"
+    )
 
 
 def _dumps(value: Any, indent: str = "") -> str:

@@ -3,7 +3,9 @@
 Needs the ``[reference]`` extra. The reference runs in float32 on the GPU when
 one is there (``device="auto"``). A golden whose margin is under the case's
 ``min_margin`` is still written (the check reports it as low-confidence) but the
-caller is told, so a better prompt can be chosen before committing it.
+caller is told, so a better prompt can be chosen before committing it. Only a
+previous golden is ever overwritten (:mod:`mobius.outdir`'s policy), checked
+before the reference runs.
 """
 
 from __future__ import annotations
@@ -12,7 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mobius_testing.cases import Case
-from mobius_testing.golden import L5Golden, l4_from_logits, write_l4, write_l5
+from mobius_testing.golden import (
+    L5Golden,
+    check_golden_targets,
+    l4_from_logits,
+    write_l4,
+    write_l5,
+)
 from mobius_testing.reference import HFReference
 from mobius_testing.runner import golden_dir_for
 
@@ -33,6 +41,7 @@ def regen_case(
 ) -> RegenResult:
     """Run the reference for ``case`` and write its L4/L5 goldens."""
     out_dir = golden_dir_for(case, golden_dir)
+    check_golden_targets(out_dir, case.id, [lv for lv in ("l4", "l5") if lv in case.levels])
     ref = reference or HFReference.load(
         case.source,
         revision=case.revision,

@@ -94,7 +94,11 @@ class RichProgress:
 
     def message(self, text: str) -> None:
         self._start()
-        self.progress.console.print(f"[dim]{text}[/dim]", highlight=False)
+        # soft_wrap: a long path stays one line (the terminal wraps it, copy-paste works);
+        # markup off: a message holding "[...]" prints as written
+        self.progress.console.print(
+            text, style="dim", highlight=False, markup=False, soft_wrap=True
+        )
 
 
 class Terminated(BaseException):
@@ -220,7 +224,13 @@ def register(app: typer.Typer) -> None:
         revision: Annotated[
             str | None, typer.Option("--revision", help="Hub revision (branch, tag, sha).")
         ] = None,
-        force: Annotated[bool, typer.Option("--force", help="Replace a non-empty OUT.")] = False,
+        force: Annotated[
+            bool,
+            typer.Option(
+                "--force",
+                help="Replace a previous mobius package at OUT (never any other folder or file).",
+            ),
+        ] = False,
         verbose: Annotated[
             bool,
             typer.Option(

@@ -11,9 +11,11 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from mobius import outdir
 from mobius.errors import PackageError
 
-MANIFEST_NAME = "mobius.json"
+MANIFEST_NAME = outdir.MANIFEST_NAME
+"""The manifest file name (defined in :mod:`mobius.outdir`, which decides what a package is)."""
 FORMAT_VERSION = 1
 MODEL_NAME = "model.onnx"
 DATA_NAME = "model.onnx.data"

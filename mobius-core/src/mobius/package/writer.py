@@ -10,10 +10,10 @@ about one chunk plus the largest tensor that cannot be streamed. Everything is
 written to a hidden sibling folder and renamed into place at the end, so a failed
 build never leaves a half package.
 
-The sibling is named ``.{OUT name}.mobius-tmp-{pid}-{random}``. A process killed
-outright (SIGKILL, power loss) cannot remove it, so the next write to the same
-OUT removes siblings whose pid no longer runs. A full disk (or quota, or a file
-size limit) becomes a :class:`PackageError` naming the file being written.
+What OUT may be, what ``force`` may replace, and how siblings left by a killed
+writer are cleaned up or restored is :mod:`mobius.outdir`'s policy. A full disk
+(or quota, or a file size limit) becomes a :class:`PackageError` naming the file
+being written.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import threading
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
@@ -38,7 +36,9 @@ from typing import IO, Any, Protocol
 import numpy as np
 import onnx_ir as ir
 
+from mobius import outdir
 from mobius.errors import PackageError
+from mobius.outdir import remove_stale_siblings as remove_stale_siblings
 from mobius.package.manifest import (
     ALIGNMENT,
     DATA_NAME,
@@ -51,8 +51,6 @@ from mobius.package.manifest import (
 from mobius.records import RuntimeFile
 
 _RESERVED_KEYS = ("format_version", "components", "files")
-_TEMP_KINDS = ("tmp", "old")
-"""Sibling folders the writer makes: ``tmp`` (being assembled), ``old`` (replaced by --force)."""
 _FREE_SPACE = "free space or choose another OUT"
 _NO_ROOM = {
     errno.ENOSPC: ("no space left on device", _FREE_SPACE),
@@ -123,12 +121,12 @@ def write_package(
     for key in _RESERVED_KEYS:
         if key in manifest:
             raise ValueError(f"manifest key {key!r} is written by write_package itself")
-    _check_out(out, force)
+    out = outdir.check_package_out(out, force=force, notice=progress and progress.message)
     _check_names(components, runtime_files)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_siblings(out)
+    outdir.make_parent(out)
+    outdir.remove_stale_siblings(out, notice=progress and progress.message)
     with _room(out, "a temporary folder"):
-        tmp = Path(tempfile.mkdtemp(prefix=_sibling_prefix(out, "tmp"), dir=out.parent))
+        tmp = outdir.make_temp_sibling(out)
     try:
         entries = {}
         for name, model in components.items():
@@ -160,62 +158,6 @@ def write_package(
     return out
 
 
-def _sibling_prefix(out: Path, kind: str) -> str:
-    return f".{out.name}.mobius-{kind}-{os.getpid()}-"
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (on this machine's pid namespace).
-
-    On Windows ``os.kill(pid, 0)`` would terminate the process, so every pid
-    counts as alive there (stale folders are then left for the user to delete).
-    """
-    if os.name == "nt":
-        return True
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except OSError:
-        return False
-    return True
-
-
-def remove_stale_siblings(out: str | os.PathLike[str]) -> list[Path]:
-    """Remove temporary siblings of ``out`` left by writers that no longer run; return them.
-
-    Why: a writer killed outright (SIGKILL, OOM killer) cannot clean up after
-    itself. Only folders whose name carries a pid that is gone are removed; a
-    live writer's folders (another process, or this one) are left alone. The pid
-    is checked in this machine's process table, so two machines writing into one
-    shared folder at once must not use the same OUT.
-    """
-    out = Path(out).absolute()
-    pattern = re.compile(
-        rf"\.{re.escape(out.name)}\.mobius-(?:{'|'.join(_TEMP_KINDS)})-(\d+)-[^/\\]+"
-    )
-    removed: list[Path] = []
-    try:
-        siblings = list(out.parent.iterdir())
-    except OSError:
-        return removed
-    for sibling in siblings:
-        match = pattern.fullmatch(sibling.name)
-        if match is None or not sibling.is_dir() or sibling.is_symlink():
-            continue
-        pid = int(match.group(1))
-        if pid == os.getpid() or _pid_alive(pid):
-            continue
-        shutil.rmtree(sibling, ignore_errors=True)
-        if not sibling.exists():
-            removed.append(sibling)
-    return removed
-
-
 @contextlib.contextmanager
 def _room(out: Path, relpath: str) -> Iterator[None]:
     """Turn "disk full" while writing ``relpath`` into a PackageError that names it.
@@ -233,21 +175,6 @@ def _room(out: Path, relpath: str) -> Iterator[None]:
             where=str(out),
             fix=fix,
         ) from exc
-
-
-def _check_out(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise PackageError(
-            "output path exists and is not a folder",
-            where=str(out),
-            fix="choose another output folder",
-        )
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise PackageError(
-            "output folder exists and is not empty",
-            where=str(out),
-            fix="pass --force to replace it, or choose another folder",
-        )
 
 
 def _check_names(components: Mapping[str, ir.Model], runtime_files: Sequence[RuntimeFile]) -> None:
@@ -448,18 +375,7 @@ def _write_runtime_file(tmp: Path, rf: RuntimeFile) -> dict[str, Any]:
     return {"sha256": sha, "size": size}
 
 
-def _move_into_place(tmp: Path, out: Path) -> None:
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    old = out.parent / f"{_sibling_prefix(out, 'old')}{uuid.uuid4().hex[:8]}"
-    os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        os.rename(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+_move_into_place = outdir.move_into_place
 
 
 def _jsonable(value: Any) -> Any:
