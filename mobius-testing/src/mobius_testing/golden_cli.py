@@ -122,7 +122,7 @@ def check(
 ) -> None:
     """Check packages built from the cases against their goldens (L4/L5, via pytest).
 
-    Extra arguments after ``--`` go to pytest (e.g. ``-- -k small -x``).
+    Extra arguments after '--' go to pytest (e.g. '-- -k small -x').
     """
     import pytest
 

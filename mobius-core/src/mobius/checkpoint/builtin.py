@@ -5,18 +5,20 @@ registers. Both implementations are ``trylast`` so that any external plugin
 adding a source answers first; between the two, pluggy calls the one registered
 first first, and it registers them in ``dir()`` (alphabetical) order, which puts
 ``open_checkpoint_from_folder`` before ``open_checkpoint_from_hub``: an existing
-folder always wins over a Hub id of the same spelling.
+folder always wins over a Hub id of the same spelling. The openers are imported
+inside the hooks: this module is imported whenever plugins are discovered.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mobius.checkpoint.base import Checkpoint
-from mobius.checkpoint.hub import looks_like_repo_id, open_hub
-from mobius.checkpoint.local import open_local
 from mobius.errors import CheckpointError
 from mobius.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from mobius.checkpoint.base import Checkpoint
 
 
 @hookimpl(specname="mobius_open_checkpoint", trylast=True)
@@ -30,6 +32,8 @@ def open_checkpoint_from_folder(source: str, revision: str | None) -> Checkpoint
                 where=str(path),
                 fix="drop --revision (it selects a Hub commit), or pass a Hub id",
             )
+        from mobius.checkpoint.local import open_local  # numpy, ml_dtypes: only when used
+
         return open_local(path, source=source)
     if path.exists():
         raise CheckpointError(
@@ -43,6 +47,8 @@ def open_checkpoint_from_folder(source: str, revision: str | None) -> Checkpoint
 @hookimpl(specname="mobius_open_checkpoint", trylast=True)
 def open_checkpoint_from_hub(source: str, revision: str | None) -> Checkpoint | None:
     """Answer when ``source`` looks like a Hub id ``owner/name`` and is no local path."""
+    from mobius.checkpoint.hub import looks_like_repo_id, open_hub
+
     if Path(source).expanduser().exists() or not looks_like_repo_id(source):
         return None
     return open_hub(source, revision)

@@ -4,6 +4,9 @@
 onnxscript, onnxruntime or torch): the command modules import only typer, and
 every command imports its machinery inside its body. :func:`main` loads the
 plugins, lets them add commands (``mobius_add_commands``), then runs the app.
+Help is plain click text (``rich_markup_mode=None``): rich markup swallowed
+``[reference]`` in help strings and rich's help renderer costs start-up time;
+:func:`~mobius.cli._common.tidy_help` gives every parameter a plain metavar.
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import typer
+import typer.main
 
 from mobius.cli import cmd_build, cmd_inspect, cmd_plugins, cmd_verify
-from mobius.cli._common import format_error, version_callback
+from mobius.cli._common import format_error, tidy_help, version_callback
 
 
 def make_app() -> typer.Typer:
@@ -24,6 +28,7 @@ def make_app() -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        rich_markup_mode=None,
         context_settings={"help_option_names": ["-h", "--help"]},
     )
 
@@ -73,4 +78,5 @@ def main(argv: Sequence[str] | None = None) -> None:
         typer.echo(format_error(exc), err=True)
         raise SystemExit(1) from None
     host.add_commands(full)
-    full(args=args, prog_name="mobius", obj={"host": host})
+    command = tidy_help(typer.main.get_command(full))
+    command(args=args, prog_name="mobius", obj={"host": host})

@@ -68,6 +68,74 @@ def user_errors(ctx: typer.Context, debug: bool = False) -> Iterator[None]:
         raise typer.Exit(code=1) from None
 
 
+_METAVARS = {"str": "TEXT", "path": "PATH", "file": "FILE", "directory": "DIR", "bool": "BOOL"}
+
+
+def tidy_help(command: Any) -> Any:
+    """Give every option and argument of ``command`` (and its subcommands) a plain metavar.
+
+    Why: typer 0.29 derives them from type annotations, so help showed
+    ``--image <list[Path]>``, ``--threads <int>`` and ``{package}``. This writes the
+    usual ``--image PATH`` (repeatable options say so), ``--threads INT``,
+    ``--dtype [f32|f16|bf16]`` and ``PACKAGE``, for core's commands and every
+    plugin's alike. A metavar a command sets itself is kept. Also keeps ``--help``
+    from importing pydantic (see :func:`_bool_help_option`). Returns ``command``.
+    """
+    for param in getattr(command, "params", ()):
+        if param.param_type_name == "argument":
+            if param.metavar is None:
+                param.metavar = param.name.upper()
+            _plain_usage_name(param)
+            continue
+        if param.metavar is not None or getattr(param, "is_flag", False):
+            continue
+        label = param.display_type(None).strip("<>") if hasattr(param, "display_type") else ""
+        if label.startswith("list[") and label.endswith("]"):
+            label = label[5:-1]
+        label = label.removesuffix(" range")
+        if "|" in label:
+            param.metavar = f"[{label}]"
+        elif label:
+            param.metavar = _METAVARS.get(label.lower(), label.upper())
+        if getattr(param, "multiple", False) and "repeat" not in (param.help or "").lower():
+            param.help = f"{(param.help or '').rstrip()} Repeat for several.".lstrip()
+    _bool_help_option(command)
+    for sub in getattr(command, "commands", {}).values():
+        tidy_help(sub)
+    return command
+
+
+def _bool_help_option(command: Any) -> None:
+    """Make ``--help``'s unset value ``False`` instead of ``None``.
+
+    Why: typer 0.29 coerces every parameter value that is not already a bool
+    through pydantic, and the help option it makes has the default ``None``: so
+    every command, ``mobius plugins`` included, imported pydantic (a third of a
+    second) just to read "help not asked for".
+    """
+    original = getattr(command, "get_help_option", None)
+    if original is None:
+        return
+
+    def get_help_option(ctx: Any) -> Any:
+        option = original(ctx)
+        if option is not None and option.default is None:
+            option.default = False
+        return option
+
+    command.get_help_option = get_help_option
+
+
+def _plain_usage_name(param: Any) -> None:
+    """``PACKAGE`` / ``[PACKAGE]`` / ``CASES...`` in the usage line (typer writes ``{package}``)."""
+    name = param.metavar
+    usage = name if param.required else f"[{name}]"
+    if param.nargs != 1:
+        usage += "..."
+    param._usage_display_name = lambda: usage
+    param.display_type_rich = lambda ctx=None: None  # "PACKAGE  help", not "PACKAGE <path>"
+
+
 def version_callback(ctx: typer.Context, value: bool) -> None:
     """``mobius --version``: core and every plugin with its version, then exit."""
     if not value or ctx.resilient_parsing:

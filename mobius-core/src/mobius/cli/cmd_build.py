@@ -77,6 +77,9 @@ class RichProgress:
 
     def component_started(self, name: str, n_tensors: int) -> None:
         self._start()
+        if n_tensors == 0:  # a bar would read "0/0 tensors 0 B"
+            self.message(f"{name}: no tensor large enough for external data; all in model.onnx")
+            return
         self._bytes[name] = 0
         self._tasks[name] = self.progress.add_task(name, total=n_tensors, size="0 B")
 
