@@ -245,6 +245,86 @@ def test_hub_errors_become_checkpoint_errors(
     assert fix in str(info.value) and "owner/name@v1" in str(info.value)
 
 
+def _network_errors() -> dict[str, Exception]:
+    httpx = pytest.importorskip("httpx")
+    request = httpx.Request("GET", "https://huggingface.co/api/models/owner/name")
+    wrapped = RuntimeError("snapshot failed")
+    wrapped.__cause__ = httpx.ConnectError("[Errno 101] Network is unreachable")
+    return {
+        "proxy": httpx.ProxyError("407 Proxy Authentication Required", request=request),
+        "timeout": httpx.ReadTimeout("timed out", request=request),
+        "connection": httpx.ConnectError("[Errno -3] name resolution failed", request=request),
+        "wrapped": wrapped,
+        "builtin": ConnectionRefusedError(111, "Connection refused"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "kind", "fix"),
+    [
+        ("proxy", "proxy", "HTTPS_PROXY"),
+        ("timeout", "timeout", "HF_HUB_DOWNLOAD_TIMEOUT"),
+        ("connection", "connection", "network connection"),
+        ("wrapped", "connection", "network connection"),
+        ("builtin", "connection", "network connection"),
+    ],
+)
+def test_network_errors_are_named_as_network_problems(
+    monkeypatch: pytest.MonkeyPatch, entry_points, case: str, kind: str, fix: str
+) -> None:
+    """Through the plugin host too: never reported as a bug in core's opener."""
+    import huggingface_hub
+
+    from mobius.plugins import PluginHost
+
+    error = _network_errors()[case]
+
+    def fake(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+    with pytest.raises(CheckpointError) as info:
+        PluginHost.load().open_checkpoint("owner/name", None)
+    text = str(info.value)
+    assert f"network problem ({kind})" in text and fix in text, text
+    assert "bug" not in text
+    assert info.value.__cause__ is error
+
+
+def test_a_non_network_exception_is_not_renamed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub
+
+    monkeypatch.setattr(
+        huggingface_hub, "snapshot_download", lambda *a, **k: (_ for _ in ()).throw(KeyError("x"))
+    )
+    with pytest.raises(KeyError):
+        open_hub("owner/name")
+
+
+def test_a_mistyped_local_path_says_no_such_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import huggingface_hub
+
+    (tmp_path / "models").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(
+        huggingface_hub,
+        "snapshot_download",
+        lambda *a, **k: (_ for _ in ()).throw(_hub_error("LocalEntryNotFoundError")),
+    )
+    with pytest.raises(CheckpointError) as info:
+        open_hub("models/tiny-gemma")
+    text = str(info.value)
+    assert "cannot reach" in text
+    assert "no local folder models/tiny-gemma (its parent models/ exists)" in text
+    assert "correct the path" in text
+    # a real Hub id whose first part is no local folder gets no such hint
+    with pytest.raises(CheckpointError) as info:
+        open_hub("google/gemma-x")
+    assert "no local folder" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("source", "ok"),
     [

@@ -41,7 +41,17 @@ def open_hub(
             where=repo_id,
             fix="use owner/name (e.g. google/gemma-4-E2B-it) or a local folder path",
         )
-    folder = _snapshot(repo_id, revision)
+    try:
+        folder = _snapshot(repo_id, revision)
+    except CheckpointError as exc:
+        hint = _local_path_hint(repo_id)
+        if hint is None:
+            raise
+        raise CheckpointError(
+            f"{exc.what}; {hint}",
+            where=exc.where,
+            fix=f"if you meant a local folder, correct the path; else {exc.fix}",
+        ) from exc.__cause__
     commit = folder.name if _COMMIT.fullmatch(folder.name) else None
     info = SourceInfo(source=repo_id, kind="hub", revision=revision, commit=commit)
     # Snapshot files are symlinks into the repository's blob store: confine reads to the
@@ -50,6 +60,55 @@ def open_hub(
     return open_folder(
         folder, info, require_weights=require_weights, trust_blob_names=True, confine=confine
     )
+
+
+def _local_path_hint(source: str) -> str | None:
+    """ "no such folder" when ``source`` (shaped like ``org/name``) may be a mistyped path.
+
+    Why: ``models/tiny`` is a valid Hub id, so a local path with a typo is sent to
+    the Hub; when its parent folder exists here, the user most likely meant a path.
+    """
+    path = Path(source).expanduser()
+    if path.exists() or not path.parent.is_dir():
+        return None
+    return f"there is also no local folder {source} (its parent {path.parent}/ exists)"
+
+
+_NETWORK_MODULES = ("httpx", "httpcore", "requests", "urllib3", "socket", "ssl", "h11", "h2")
+
+
+def network_problem(exc: BaseException) -> str | None:
+    """What kind of network failure ``exc`` is ("proxy", "timeout", "connection"), or None.
+
+    Decided from the exception's classes (httpx, requests, urllib3, socket, ssl
+    and the built-in ConnectionError / TimeoutError) and, through ``__cause__`` /
+    ``__context__``, what it wraps; no network library is imported for this.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        kinds = type(current).__mro__
+        names = " ".join(k.__name__ for k in kinds).lower()
+        from_network = any(k.__module__.split(".")[0] in _NETWORK_MODULES for k in kinds)
+        if from_network or isinstance(current, (ConnectionError, TimeoutError)):
+            if "proxy" in names or "proxy" in str(current).lower():
+                return "proxy"
+            if "timeout" in names:
+                return "timeout"
+            return "connection"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+_NETWORK_FIX = {
+    "proxy": "check the proxy settings (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) and the proxy's "
+    "credentials, or pass a local checkpoint folder",
+    "timeout": "check the network connection and retry (HF_HUB_DOWNLOAD_TIMEOUT raises the "
+    "limit), or pass a local checkpoint folder",
+    "connection": "check the network connection (and any proxy: HTTPS_PROXY, NO_PROXY), or "
+    "pass a local checkpoint folder",
+}
 
 
 def _snapshot(repo_id: str, revision: str | None) -> Path:
@@ -96,12 +155,23 @@ def _snapshot(repo_id: str, revision: str | None) -> Path:
             where=where,
             fix="retry later; if it persists check the id, the revision and your token",
         ) from exc
-    except OSError as exc:
-        # Network failures (httpx / requests) and disk errors while writing the cache.
-        raise CheckpointError(
-            f"downloading from the HuggingFace Hub failed: {exc}",
-            where=where,
-            fix="check the network connection and free disk space in the HF cache "
-            "(HF_HOME), or pass a local checkpoint folder",
-        ) from exc
+    except Exception as exc:
+        # httpx / requests errors are not OSErrors; a proxy refusal used to surface as
+        # "a bug in the plugin". Disk errors while writing the cache are OSErrors.
+        kind = network_problem(exc)
+        if kind is not None:
+            raise CheckpointError(
+                f"network problem ({kind}) while downloading from the HuggingFace Hub: "
+                f"{type(exc).__name__}: {exc}",
+                where=where,
+                fix=_NETWORK_FIX[kind],
+            ) from exc
+        if isinstance(exc, OSError):
+            raise CheckpointError(
+                f"downloading from the HuggingFace Hub failed: {exc}",
+                where=where,
+                fix="check free disk space and permissions in the HF cache (HF_HOME), "
+                "or pass a local checkpoint folder",
+            ) from exc
+        raise
     return Path(path)
