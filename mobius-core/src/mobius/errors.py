@@ -30,6 +30,9 @@ class MobiusError(Exception):
 class PluginError(MobiusError):
     """A plugin is missing, failed to load, conflicts with another, or raised in a hook."""
 
+    plugin_bug: bool = False
+    """True when a plugin raised something that is not a MobiusError (a bug in it)."""
+
 
 class ConfigError(MobiusError):
     """config.json is missing, not JSON, or describes something no plugin serves."""

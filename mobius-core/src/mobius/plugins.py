@@ -15,16 +15,19 @@ that rule in one place, and keeps the CLI alive when a plugin is broken:
 - core's built-in plugins (``mobius.checkpoint.builtin``) are registered *first*:
   pluggy calls implementations last-registered-first, so the built-ins answer
   ``mobius_open_checkpoint`` only when no external plugin did;
-- owner-only calls reach the owning plugin's implementation alone, and any
-  exception a plugin raises is a :class:`~mobius.errors.PluginError` naming the
-  plugin and the hook.
+- owner-only calls reach the owning plugin's implementation alone (and every
+  wrapper), through pluggy's hook callers; any exception a plugin raises, of any
+  class, is a :class:`~mobius.errors.PluginError` naming the plugin and the hook
+  (:mod:`mobius.plugin_calls`).
+
+Where plugins come from and whether they fit the installed core is
+:mod:`mobius.plugin_env`.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +35,26 @@ import pluggy
 
 from mobius import hookspecs
 from mobius.errors import ConfigError, MobiusError, PluginError
+from mobius.plugin_calls import (
+    call_plugin,
+    check_answer,
+    contained,
+    describe,
+    implementers,
+    implements,
+    spec_names,
+    unknown_hooks,
+)
+from mobius.plugin_env import (
+    CORE_DISTRIBUTION,
+    ENTRY_POINT_GROUP,
+    ENV_ALLOW_LIST,
+    allow_list,
+    core_version,
+    incompatibility,
+    list_entry_points,
+)
+from mobius.plugin_env import _dist_of as _dist_of
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -41,10 +64,6 @@ if TYPE_CHECKING:
     from mobius.contract import Contract
     from mobius.records import BuildOptions, ModelTypeInfo, Processors, RuntimeFile
     from mobius.weights import WeightPlan
-
-ENTRY_POINT_GROUP = "mobius"
-ENV_ALLOW_LIST = "MOBIUS_PLUGINS"
-CORE_DISTRIBUTION = "mobius-core"
 
 BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (("mobius.checkpoint", "mobius.checkpoint.builtin"),)
 """(plugin name, module) of the plugins core registers itself, before external ones."""
@@ -81,103 +100,12 @@ class PluginRecord:
         }
 
 
-# --------------------------------------------------------------------------- environment
-
-
-def list_entry_points() -> list[Any]:
-    """The installed entry points of group ``mobius`` (tests monkeypatch this)."""
-    from importlib.metadata import entry_points
-
-    return list(entry_points(group=ENTRY_POINT_GROUP))
-
-
-def core_version() -> str:
-    """The installed ``mobius-core`` version (metadata first, the package as fallback)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(CORE_DISTRIBUTION)
-    except PackageNotFoundError:
-        from mobius import __version__
-
-        return __version__
-
-
-def allow_list() -> set[str] | None:
-    """Entry-point names allowed by ``MOBIUS_PLUGINS``; ``None`` when unset (all allowed)."""
-    raw = os.environ.get(ENV_ALLOW_LIST)
-    if raw is None:
-        return None
-    return {part.strip() for part in raw.split(",") if part.strip()}
-
-
-def _dist_of(entry_point: Any) -> tuple[str | None, str | None, list[str]]:
-    """(distribution name, version, Requires-Dist lines) of an entry point, when known."""
-    dist = getattr(entry_point, "dist", None)
-    if dist is None:
-        return None, None, []
-    try:
-        name = dist.metadata["Name"]
-    except Exception:
-        name = getattr(dist, "name", None)
-    return name, getattr(dist, "version", None), list(getattr(dist, "requires", None) or [])
-
-
-def incompatibility(
-    distribution: str | None, requires: Iterable[str], core: str, version: str | None = None
-) -> str | None:
-    """Why ``distribution`` (at ``version``) cannot run with core ``core``, or ``None``.
-
-    Reads the distribution's ``Requires-Dist`` lines; only an unconditional
-    requirement on ``mobius-core`` (or one whose marker holds here, extras
-    excluded) counts. The message names the plugin's version, the range it
-    requires, the installed core and the ``pip install`` that fixes it, since
-    the person reading it is usually one command away from a working install.
-    """
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-    from packaging.version import InvalidVersion, Version
-
-    for line in requires:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if canonicalize_name(req.name) != CORE_DISTRIBUTION:
-            continue
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-            continue
-        try:
-            ok = req.specifier.contains(Version(core), prereleases=True)
-        except InvalidVersion:
-            ok = True
-        if not ok:
-            return _incompatible_message(distribution, version, str(req.specifier), core)
-    return None
-
-
-def _incompatible_message(
-    distribution: str | None, version: str | None, spec: str, core: str
-) -> str:
-    """The ``incompatible`` reason: both versions, the range, and the command that fixes it."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
-
-    who = f"{distribution} {version}" if distribution and version else distribution
-    who = who or "this plugin"
-    installed = Version(core)
-    # core above the plugin's upper bound: a newer plugin release may support it
-    too_new = any(
-        s.operator in ("<", "<=") and not s.contains(installed, prereleases=True)
-        for s in SpecifierSet(spec)
-    )
-    message = (
-        f"{who} requires mobius-core{spec}, but mobius-core {core} is installed; "
-        f"fix: pip install 'mobius-core{spec}' (replaces mobius-core {core})"
-    )
-    if too_new and distribution:
-        message += f", or keep it and upgrade the plugin: pip install -U {distribution}"
-    return message
+def hidden_by_allow_list() -> list[str]:
+    """Names of installed entry points that ``MOBIUS_PLUGINS`` keeps from loading."""
+    allowed = allow_list()
+    if allowed is None:
+        return []
+    return sorted({ep.name for ep in list_entry_points() if ep.name not in allowed})
 
 
 # --------------------------------------------------------------------------- host
@@ -246,12 +174,12 @@ class PluginHost:
     def _load_module(
         self, name: str, module: str, dist: str | None, version: str | None, *, builtin: bool
     ) -> None:
-        try:
-            plugin = importlib.import_module(module)
-        except Exception as exc:
-            self._fail(name, dist, version, f"import of {module} failed: {_describe(exc)}")
-            return
-        self._register(name, plugin, dist, version, builtin=builtin)
+        def failed(exc: BaseException) -> None:
+            self._fail(name, dist, version, f"import of {module} failed: {describe(exc)}")
+
+        plugin = contained(lambda: importlib.import_module(module), failed)
+        if plugin is not None:
+            self._register(name, plugin, dist, version, builtin=builtin)
 
     def _load_entry_points(self) -> None:
         allowed = allow_list()
@@ -267,10 +195,10 @@ class PluginHost:
             if why is not None:
                 self._add_failed(PluginRecord(ep.name, dist, version, (), "incompatible", why))
                 continue
-            try:
-                plugin = ep.load()
-            except Exception as exc:
-                self._fail(ep.name, dist, version, f"import failed: {_describe(exc)}")
+            failure: list[BaseException] = []
+            plugin = contained(ep.load, failure.append)
+            if failure:
+                self._fail(ep.name, dist, version, f"import failed: {describe(failure[0])}")
                 continue
             self._register(ep.name, plugin, dist, version)
 
@@ -287,9 +215,9 @@ class PluginHost:
         try:
             self.pm.register(plugin, name=name)
         except Exception as exc:
-            self._fail(name, dist, version, f"rejected by the plugin manager: {_describe(exc)}")
+            self._fail(name, dist, version, f"rejected by the plugin manager: {describe(exc)}")
             return
-        unknown = _unknown_hooks(self.pm, plugin)
+        unknown = unknown_hooks(self.pm, plugin)
         if unknown:
             self.pm.unregister(plugin)
             names = ", ".join(unknown)
@@ -298,21 +226,25 @@ class PluginHost:
                 dist,
                 version,
                 f"implements unknown hook(s) {names} (misspelled?); "
-                f"known hooks: {', '.join(_spec_names())}",
+                f"known hooks: {', '.join(spec_names())}",
             )
             return
         infos: list[ModelTypeInfo] = []
-        impl = _impl_of(self.pm, "mobius_model_types", name)
-        if impl is not None:
-            try:
-                answer = _call_impl(impl, {})
-                infos = list(answer or [])
-                for info in infos:
+        if implements(self.pm, "mobius_model_types", name):
+
+            def declared() -> list[ModelTypeInfo]:
+                answer = list(call_plugin(self.pm, "mobius_model_types", name, {}) or [])
+                for info in answer:
                     if not isinstance(getattr(info, "model_type", None), str):
                         raise TypeError(f"expected ModelTypeInfo records, got {info!r}")
-            except Exception as exc:
+                return answer
+
+            failure: list[BaseException] = []
+            infos = contained(declared, failure.append) or []
+            if failure:
                 self.pm.unregister(plugin)
-                self._fail(name, dist, version, f"mobius_model_types raised {_describe(exc)}")
+                reason = f"mobius_model_types raised {describe(failure[0])}"
+                self._fail(name, dist, version, reason)
                 return
         model_types = tuple(info.model_type for info in infos)
         record = PluginRecord(name, dist, version, model_types, "ok", "")
@@ -430,14 +362,13 @@ class PluginHost:
     def call_owner(self, model_type: str, hook: str, /, **kwargs: Any) -> Any:
         """Call ``hook`` on the owner of ``model_type`` only and return its answer."""
         owner = self.owner(model_type)
-        impl = _impl_of(self.pm, hook, owner)
-        if impl is None:
+        if not implements(self.pm, hook, owner):
             raise PluginError(
                 f"plugin {owner} serves model type {model_type!r} but does not implement {hook}",
                 where=f"plugin {owner}",
                 fix="report this to the plugin's authors",
             )
-        return self._guarded(owner, hook, impl, kwargs)
+        return self._guarded(owner, hook, kwargs)
 
     def read_config(self, model_type: str, raw: dict[str, Any]) -> Any:
         """The owner's typed config for ``raw`` (``mobius_read_config``)."""
@@ -496,11 +427,10 @@ class PluginHost:
 
         owner = self.owner(model_type)
         hook = "mobius_quant_overrides"
-        impl = _impl_of(self.pm, hook, owner)
-        if impl is None:
+        if not implements(self.pm, hook, owner):
             return {}
         kwargs = {"config": config, "component": component, "options": options}
-        answer = self._guarded(owner, hook, impl, kwargs)
+        answer = self._guarded(owner, hook, kwargs)
         return check_overrides(answer, f"plugin {owner}, hook {hook}")
 
     def processors(self, model_type: str, config: Any) -> Processors:
@@ -517,8 +447,7 @@ class PluginHost:
     ) -> list[RuntimeFile]:
         """The owner's extra package files (``mobius_runtime_files``); none if not implemented."""
         owner = self.owner(model_type)
-        impl = _impl_of(self.pm, "mobius_runtime_files", owner)
-        if impl is None:
+        if not implements(self.pm, "mobius_runtime_files", owner):
             return []
         kwargs = {
             "config": config,
@@ -529,10 +458,10 @@ class PluginHost:
         from mobius.records import RuntimeFile
 
         hook = "mobius_runtime_files"
-        answer = self._guarded(owner, hook, impl, kwargs)
+        answer = self._guarded(owner, hook, kwargs)
         if answer is None:
             return []
-        files = list(_check_answer(owner, hook, answer, (list, tuple), "a list of RuntimeFile"))
+        files = list(check_answer(owner, hook, answer, (list, tuple), "a list of RuntimeFile"))
         for item in files:
             self._checked(
                 model_type, hook, item, RuntimeFile, "only RuntimeFile records in its list"
@@ -544,22 +473,30 @@ class PluginHost:
     def optimize_component(self, model: ir.Model, component: str, target: str) -> ir.Model:
         """Feed ``model`` through every plugin's optimizer, in registration order."""
         hook = "mobius_optimize_component"
-        for impl in getattr(self.pm.hook, hook).get_hookimpls():
+        for name in reversed(implementers(self.pm, hook)):
             kwargs = {"model": model, "component": component, "target": target}
-            answer = self._guarded(impl.plugin_name, hook, impl, kwargs)
+            answer = self._guarded(name, hook, kwargs)
             if answer is not None:
-                model = _check_answer(
-                    impl.plugin_name, hook, answer, type(model), "an onnx_ir.Model or None"
-                )
+                model = check_answer(name, hook, answer, type(model), "an onnx_ir.Model or None")
         return model
 
     def open_checkpoint(self, source: str, revision: str | None) -> Checkpoint | None:
-        """The first plugin answer that recognises ``source`` (pluggy's call order)."""
+        """The first plugin answer that recognises ``source`` (pluggy's call order).
+
+        A plugin whose opener raises something other than a
+        :class:`~mobius.errors.MobiusError` (a bug, not an answer) is marked
+        ``failed`` in :meth:`records` and its PluginError is raised: the build
+        stops rather than hand the source to the next opener (the Hub's).
+        """
         hook = "mobius_open_checkpoint"
-        # pluggy calls the last-registered implementation first; follow its order.
-        for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
+        for name in implementers(self.pm, hook):
             kwargs = {"source": source, "revision": revision}
-            answer = self._guarded(impl.plugin_name, hook, impl, kwargs)
+            try:
+                answer = self._guarded(name, hook, kwargs)
+            except PluginError as exc:
+                if exc.plugin_bug:
+                    self._mark_failed(name, exc.what)
+                raise
             if answer is not None:
                 return answer
         return None
@@ -572,95 +509,45 @@ class PluginHost:
         """
         hook = "mobius_add_commands"
         failed = []
-        for impl in getattr(self.pm.hook, hook).get_hookimpls():
-            try:
-                _call_impl(impl, {"app": app})
-            except Exception as exc:
-                loaded = self._loaded[impl.plugin_name]
-                loaded.record = replace(
-                    loaded.record,
-                    status="failed",
-                    reason=f"mobius_add_commands raised {_describe(exc)}",
-                )
-                failed.append(loaded.record)
+        for name in reversed(implementers(self.pm, hook)):
+            failure: list[BaseException] = []
+            contained(lambda n=name: call_plugin(self.pm, hook, n, {"app": app}), failure.append)
+            if failure:
+                failed.append(self._mark_failed(name, f"{hook} raised {describe(failure[0])}"))
         return failed
+
+    def _mark_failed(self, name: str, reason: str) -> PluginRecord:
+        """Record that a loaded plugin failed in a hook (``mobius plugins`` shows it)."""
+        loaded = self._loaded[name]
+        loaded.record = replace(loaded.record, status="failed", reason=reason)
+        return loaded.record
 
     # ---------------------------------------------------------------- helpers
 
     def _checked(self, model_type: str, hook: str, answer: Any, kind: type, expected: str) -> Any:
-        return _check_answer(self.owner(model_type), hook, answer, kind, expected)
+        return check_answer(self.owner(model_type), hook, answer, kind, expected)
 
-    def _guarded(self, plugin: str, hook: str, impl: Any, kwargs: dict[str, Any]) -> Any:
-        try:
-            return _call_impl(impl, kwargs)
-        except MobiusError as exc:
-            if not exc.where:
-                exc.where = f"plugin {plugin} ({hook})"
-                exc.args = (exc.render(),)
-            raise
-        except Exception as exc:
+    def _guarded(self, plugin: str, hook: str, kwargs: dict[str, Any]) -> Any:
+        """Call ``hook`` of ``plugin`` alone; whatever it raises becomes a PluginError
+        naming plugin and hook (a MobiusError keeps its text and gains a ``where``)."""
+
+        def failed(exc: BaseException) -> Any:
+            if isinstance(exc, MobiusError):
+                if not exc.where:
+                    exc.where = f"plugin {plugin} ({hook})"
+                    exc.args = (exc.render(),)
+                raise exc
             record = self._loaded[plugin].record if plugin in self._loaded else None
             who = f"plugin {plugin}"
             if record is not None and record.distribution:
                 who += f" ({record.distribution} {record.version})"
-            raise PluginError(
-                f"{who} raised in {hook}: {_describe(exc)}",
+            error = PluginError(
+                f"{who} raised in {hook}: {describe(exc)}",
                 where=f"plugin {plugin}, hook {hook}",
                 fix="this is a bug in the plugin; rerun with --debug for the traceback "
                 "and report it to the plugin's authors",
-            ) from exc
+            )
+            error.plugin_bug = True
+            raise error from exc
 
-
-# --------------------------------------------------------------------------- pluggy helpers
-
-
-def _check_answer(
-    plugin: str, hook: str, answer: Any, kind: type | tuple[type, ...], expected: str
-) -> Any:
-    """``answer`` if it is a ``kind`` (and not None); else a PluginError naming plugin and hook.
-
-    Why: a hook that returns nothing or the wrong thing would otherwise fail
-    later, deep in core, as an AttributeError that blames no one.
-    """
-    if answer is None or not isinstance(answer, kind):
-        raise PluginError(
-            f"plugin {plugin} returned {type(answer).__name__} from {hook}, expected {expected}",
-            where=f"plugin {plugin}, hook {hook}",
-            fix="this is a bug in the plugin; report it to the plugin's authors",
-        )
-    return answer
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _spec_names() -> list[str]:
-    return sorted(n for n in dir(hookspecs) if n.startswith("mobius_"))
-
-
-def _unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> list[str]:
-    """Hook names ``plugin`` implements that no spec declares (what check_pending catches)."""
-    unknown = []
-    for caller in pm.get_hookcallers(plugin) or []:
-        if caller.has_spec():
-            continue
-        for impl in caller.get_hookimpls():
-            if impl.plugin is plugin and not impl.optionalhook:
-                unknown.append(caller.name)
-                break
-    return sorted(unknown)
-
-
-def _impl_of(pm: pluggy.PluginManager, hook: str, plugin_name: str) -> Any:
-    for impl in getattr(pm.hook, hook).get_hookimpls():
-        if impl.plugin_name == plugin_name:
-            return impl
-    return None
-
-
-def _call_impl(impl: Any, kwargs: Mapping[str, Any]) -> Any:
-    """Call one implementation with just the arguments it names (pluggy's rule)."""
-    function: Callable[..., Any] = impl.function
-    return function(*(kwargs[name] for name in impl.argnames))
+        return contained(lambda: call_plugin(self.pm, hook, plugin, kwargs), failed)

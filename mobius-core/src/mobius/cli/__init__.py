@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import typer
+import typer.core
 import typer.main
 
 from mobius.cli import cmd_build, cmd_inspect, cmd_plugins, cmd_verify
@@ -79,4 +80,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(1) from None
     host.add_commands(full)
     command = tidy_help(typer.main.get_command(full))
+    _refuse_hidden_command(args, command)
     command(args=args, prog_name="mobius", obj={"host": host})
+
+
+def _refuse_hidden_command(args: list[str], command: typer.core.TyperGroup) -> None:
+    """Explain an unknown command that ``MOBIUS_PLUGINS`` may have hidden; exit 2.
+
+    Why: with ``MOBIUS_PLUGINS=gemma4``, ``mobius run`` answered only "No such
+    command 'run'" although mobius-runtime is installed.
+    """
+    import os
+
+    from mobius.plugins import ENV_ALLOW_LIST, hidden_by_allow_list
+
+    name = next((a for a in args if not a.startswith("-")), None)
+    if name is None or name in command.commands:
+        return
+    hidden = hidden_by_allow_list()
+    if not hidden:
+        return
+    typer.echo(
+        f"error: no command {name!r}; {ENV_ALLOW_LIST}={os.environ.get(ENV_ALLOW_LIST, '')!r} "
+        f"keeps these installed plugins from loading, and with them their commands: "
+        f"{', '.join(hidden)}\n"
+        f"  fix: unset {ENV_ALLOW_LIST}, or add the plugin that provides {name!r} to it",
+        err=True,
+    )
+    raise SystemExit(2)
