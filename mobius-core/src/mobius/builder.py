@@ -3,14 +3,16 @@
     open checkpoint (firstresult)  -> owner of config["model_type"]
     -> mobius_read_config          -> typed config
     -> mobius_pipeline_contract    -> components + edges
-    -> per component: build -> optimize (every plugin) -> weight plan
+    -> every component's weight plan, checked against the checkpoint's headers
+    -> per component: build -> optimize (every plugin) -> (its weight plan)
        -> [--quant: rewrite to MatMulNBits / GatherBlockQuantized, lazy quantize step]
        -> bind
     -> validate(contract, graphs)
     -> runtime files -> write_package (atomic, streamed) -> OUT/
 
-Cheap checks run first (OUT allowed by :mod:`mobius.outdir`, config.json readable, a plugin owns the
-model type) so a user mistake costs nothing. Tensor data is read only while the
+Cheap checks run first (OUT allowed by :mod:`mobius.outdir`, config.json readable,
+a plugin owns the model type, the checkpoint's tensor names and shapes fit every
+weight plan) so a user mistake costs nothing. Tensor data is read only while the
 package is written. Nothing appears at OUT unless the whole build succeeded:
 the package writer assembles a temporary sibling and renames it into place.
 """
@@ -187,6 +189,7 @@ def _build_components(
     tensor count, unused names and the quantization report of each component."""
     from mobius.weights import bind
 
+    plans = _checked_plans(host, model_type, config, contract, checkpoint, options, progress)
     quant_reports: dict[str, Any] = {}
     graphs: dict[str, Any] = {}
     n_tensors = 0
@@ -197,7 +200,7 @@ def _build_components(
         progress.message(f"building {name}")
         model = host.build_component(model_type, config, name, options)
         model = host.optimize_component(model, name, options.target)
-        plan = host.weight_plan(model_type, config, name, checkpoint, options)
+        plan = plans[name]
         if options.quant is not None:
             from mobius.quantization import quantize_component
 
@@ -225,6 +228,46 @@ def _build_components(
         for glob in unmatched_excludes(options.quant, quant_reports.values()):
             log.warning("--quant-exclude %r matched no quantizable tensor", glob)
     return graphs, n_tensors, leftover, quant_reports
+
+
+def _checked_plans(
+    host: PluginHost,
+    model_type: str,
+    config: Any,
+    contract: Any,
+    checkpoint: Any,
+    options: Any,
+    progress: BuildProgress,
+) -> dict[str, Any]:
+    """Every component's weight plan, checked against the checkpoint before any graph is
+    built (:func:`mobius.weights.plan_problems`); one WeightPlanError lists every problem.
+
+    Why first: graph building can take minutes for a large config; a checkpoint that
+    cannot match it (a config claiming 4,096 layers, renamed or reshaped tensors) is
+    refused in seconds, from safetensors headers alone. Shapes against the graph are
+    checked later by :func:`mobius.weights.bind`, when the graph exists.
+    """
+    from mobius.errors import WeightPlanError
+    from mobius.weights import plan_problems
+
+    progress.message("checking the checkpoint against the weight plan")
+    plans: dict[str, Any] = {}
+    problems: list[str] = []
+    for component in contract.components:
+        name = component.name
+        plan = host.weight_plan(model_type, config, name, checkpoint, options)
+        plans[name] = plan
+        problems += [f"{name}: {p}" for p in plan_problems(plan, checkpoint)[0]]
+    if problems:
+        listing = "\n".join(f"  - {p}" for p in problems)
+        raise WeightPlanError(
+            f"the checkpoint does not match what config.json describes "
+            f"({len(problems)} problem(s)), found before building any graph:\n{listing}",
+            where=f"checkpoint {checkpoint.root}",
+            fix="use the config.json that belongs to these weights (sizes such as the "
+            "number of layers must match the checkpoint), or the checkpoint it was written for",
+        )
+    return plans
 
 
 def build_options(dtype: str, target: str, quant: str | QuantOptions | None) -> BuildOptions:

@@ -39,7 +39,14 @@ from mobius.weights.dtypes import (
 )
 from mobius.weights.expr import TensorExpr, concat, constant, ref
 from mobius.weights.finite import FINITE_CHECK_CHUNK, NonFiniteWeightWarning, count_non_finite
-from mobius.weights.plan import BindReport, PlannedTensor, WeightPlan, bind, unused_tensors
+from mobius.weights.plan import (
+    BindReport,
+    PlannedTensor,
+    WeightPlan,
+    bind,
+    plan_problems,
+    unused_tensors,
+)
 
 __all__ = [
     "CHUNK_BYTES",
@@ -57,6 +64,7 @@ __all__ = [
     "concat",
     "constant",
     "count_non_finite",
+    "plan_problems",
     "ref",
     "unused_tensors",
 ]

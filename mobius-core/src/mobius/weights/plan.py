@@ -151,6 +151,50 @@ class PlannedTensor(ir.LazyTensor):
         warn_non_finite(nan, inf, size, self.expr, self.name or "", self.component)
 
 
+SHOWN_MISSING = 20
+"""How many missing checkpoint tensor names an error lists (the count is always given)."""
+
+
+def plan_problems(plan: WeightPlan, checkpoint: Checkpoint) -> tuple[list[str], set[str]]:
+    """What is wrong with ``plan`` against ``checkpoint`` alone, before any graph exists.
+
+    Checks that every checkpoint tensor the plan reads exists and that every entry's
+    expression applies to the tensors' real shapes and dtypes (transpose, reshape,
+    concat, slice, casts). Returns the problems (one line each; missing names
+    listed up to :data:`SHOWN_MISSING`) and the plan entries that cannot be resolved.
+    Nothing is read but safetensors headers.
+
+    Why separately from :func:`bind`: the builder runs it for every component
+    before building any graph, so a checkpoint that cannot match its config (a
+    config claiming 4,096 layers, a renamed tensor) is refused in seconds instead
+    of after minutes of graph building.
+    """
+    entries = plan.entries
+    referenced = {name for expr in entries.values() for name in expr.refs()}
+    if referenced and not checkpoint.tensors:
+        checkpoint.require_weights()  # explains why (pickle only, no weights) and how to fix
+    problems: list[str] = []
+    missing = sorted(name for name in referenced if name not in checkpoint.tensors)
+    if missing:
+        shown = ", ".join(missing[:SHOWN_MISSING])
+        more = len(missing) - SHOWN_MISSING
+        problems.append(
+            f"checkpoint tensors missing ({len(missing)}): {shown}"
+            + (f" and {more} more" if more > 0 else "")
+        )
+    unresolved: set[str] = set()
+    for name, expr in entries.items():
+        if any(r not in checkpoint.tensors for r in expr.refs()):
+            unresolved.add(name)
+            continue
+        try:
+            expr.shape_dtype(checkpoint)
+        except WeightPlanError as exc:
+            problems.append(f"initializer {name!r}: {exc.what} in {exc.where or expr!r}")
+            unresolved.add(name)
+    return problems, unresolved
+
+
 def bind(
     model: ir.Model, plan: WeightPlan, checkpoint: Checkpoint, *, component: str
 ) -> BindReport:
@@ -165,13 +209,7 @@ def bind(
     initializers = model.graph.initializers
     entries = plan.entries
     referenced = {name for expr in entries.values() for name in expr.refs()}
-    if referenced and not checkpoint.tensors:
-        checkpoint.require_weights()  # explains why (pickle only, no weights) and how to fix
-
-    problems: list[str] = []
-    missing = sorted(name for name in referenced if name not in checkpoint.tensors)
-    if missing:
-        problems.append(f"checkpoint tensors missing ({len(missing)}): {', '.join(missing)}")
+    problems, unresolved = plan_problems(plan, checkpoint)
     resolved: dict[str, tuple[TensorExpr, tuple[int, ...], str]] = {}
     for name, init in initializers.items():
         if init.const_value is not None:
@@ -185,13 +223,9 @@ def bind(
         if expr is None:
             problems.append(f"initializer {name!r} has no weight plan entry")
             continue
-        if any(r not in checkpoint.tensors for r in expr.refs()):
-            continue  # already reported as missing
-        try:
-            shape, dtype = expr.shape_dtype(checkpoint)
-        except WeightPlanError as exc:
-            problems.append(f"initializer {name!r}: {exc.what} in {exc.where or expr!r}")
-            continue
+        if name in unresolved:
+            continue  # already reported by plan_problems
+        shape, dtype = expr.shape_dtype(checkpoint)
         graph_shape = _graph_shape(init)
         if graph_shape is None:
             problems.append(f"initializer {name!r} has no static shape in the graph")
