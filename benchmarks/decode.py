@@ -1,19 +1,25 @@
-"""Greedy decode speed: mobius-runtime against HF transformers generate() on the same weights.
+"""Greedy decode speed: mobius-runtime against onnxruntime-genai and HF on the same weights.
 
 For each checkpoint: build a package per --targets (``default``: ONNX Attention,
 concat KV; ``cpu``: GroupQueryAttention with shared, preallocated KV buffers), run
-greedy generation with mobius-runtime and with HF on the same prompt ids and thread
-count, assert identical ids, and print prefill latency, decode tokens/s and the
-mobius/HF ratio (median of --runs runs), plus the machine's load average (the
-figures are only comparable between runs on an equally loaded machine). Checkpoints:
+greedy generation on the same prompt ids and thread count with mobius-runtime, with
+onnxruntime-genai on the *same package* (its genai_config.json; run by
+``benchmarks/og_decode.py`` in a subprocess of its own venv, ``--og-python``, since it
+brings its own onnxruntime) and with HF transformers, assert identical ids, and print
+prefill latency, decode tokens/s and the ratios. mobius-runtime and onnxruntime-genai
+alternate for ``--rounds`` rounds (each the median of ``--runs`` generations) and the
+medians of the rounds are compared, so both see the same machine load; the load
+average is printed too (the machine is shared and noisy). Checkpoints:
 
   (a) tiny  — testdata/tiny-gemma4 (bundled)
   (b) mid   — a random Gemma 4 text checkpoint (~400 M parameters, PLE and KV
               sharing) made with transformers from a fixed seed into /tmp
 
 Usage: python benchmarks/decode.py [--which tiny mid] [--targets default cpu] [--threads 2]
-                                  [--new 64] [--runs 3]
-Targets (not asserted): >= 20x HF on (a), >= 1.5x on (b).
+                                  [--new 64] [--runs 3] [--rounds 3] [--og-python PY] [--no-hf]
+The onnxruntime-genai venv: python -m venv .venv && .venv/bin/pip install
+onnxruntime-genai==0.18.0 tokenizers numpy (no onnxruntime-gpu in it).
+Targets (not asserted): >= 1.0x onnxruntime-genai everywhere; >= 20x HF on (a), >= 1.5x on (b).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -77,21 +84,54 @@ def build(source: Path, out: Path, target: str) -> Path:
     return out
 
 
-def bench_mobius(package: Path, ids: list[int], new: int, threads: int, runs: int):
-    from mobius_runtime import Pipeline
-
-    p = Pipeline.load(package, device="cpu", threads=threads)
-    p.generate(input_ids=ids, max_new_tokens=4, stop_ids=())  # warm-up
+def bench_mobius(p, ids: list[int], new: int, runs: int):
+    """(ids, median prefill ms, median decode tok/s) of a loaded Pipeline."""
     results = [p.generate(input_ids=ids, max_new_tokens=new, stop_ids=()) for _ in range(runs)]
     for r in results[1:]:
         assert r.ids == results[0].ids, "mobius-runtime is not deterministic"
-    shared = ", ".join(f"{c}: {'shared' if on else 'concat'}" for c, on in p.kv_sharing.items())
     return (
         results[0].ids,
         statistics.median(r.prefill_ms for r in results),
         statistics.median(r.decode_tokens_per_s for r in results),
-        shared,
     )
+
+
+def bench_og(python: str, package: Path, ids: list[int], new: int, threads: int, runs: int):
+    """(ids, median prefill ms, median decode tok/s) from onnxruntime-genai in its venv."""
+    script = Path(__file__).with_name("og_decode.py")
+    cmd = [python, str(script), str(package), "--ids", ",".join(map(str, ids))]
+    cmd += ["--new", str(new), "--threads", str(threads), "--runs", str(runs)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise SystemExit(f"onnxruntime-genai failed on {package}:\n{out.stderr[-2000:]}")
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    return data["ids"], data["prefill_ms"], data["decode_tokens_per_s"]
+
+
+def side_by_side(package: Path, ids, args) -> tuple:
+    """mobius-runtime and onnxruntime-genai alternating for args.rounds rounds."""
+    from mobius_runtime import Pipeline
+
+    p = Pipeline.load(package, device="cpu", threads=args.threads)
+    p.generate(input_ids=ids, max_new_tokens=4, stop_ids=())  # warm-up
+    shared = ", ".join(f"{c}: {'shared' if on else 'concat'}" for c, on in p.kv_sharing.items())
+    ours, theirs = [], []
+    for _ in range(args.rounds):
+        ours.append(bench_mobius(p, ids, args.new, args.runs))
+        if args.og_python:
+            theirs.append(bench_og(args.og_python, package, ids, args.new, args.threads, args.runs))
+    for m in ours[1:]:
+        assert m[0] == ours[0][0], "mobius-runtime is not deterministic"
+    m_pre = statistics.median(m[1] for m in ours)
+    m_tps = statistics.median(m[2] for m in ours)
+    og = None
+    if theirs:
+        og = (
+            theirs[0][0],
+            statistics.median(t[1] for t in theirs),
+            statistics.median(t[2] for t in theirs),
+        )
+    return ours[0][0], m_pre, m_tps, shared, og
 
 
 def bench_hf(source: Path, ids: list[int], new: int, threads: int, runs: int):
@@ -130,6 +170,14 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="alternations with onnxruntime-genai")
+    default_og = ROOT / ".venv" / "bin" / "python"
+    ap.add_argument(
+        "--og-python",
+        default=str(default_og) if default_og.is_file() else None,
+        help="python of a venv with onnxruntime-genai (default: .venv/bin/python if present)",
+    )
+    ap.add_argument("--no-hf", action="store_true", help="skip HF transformers (needs torch)")
     ap.add_argument("--package", type=Path, help="prebuilt package for one --which / --targets")
     ap.add_argument("--no-build", action="store_true", help="reuse /tmp/mobius-bench packages")
     args = ap.parse_args()
@@ -141,22 +189,34 @@ def main() -> None:
             package = args.package or Path(f"/tmp/mobius-bench/{which}-{target}-pkg")
             if not args.package and not (args.no_build and (package / "mobius.json").is_file()):
                 build(source, package, target)
-            rows.append((target, *bench_mobius(package, ids, args.new, args.threads, args.runs)))
-        h_ids, h_pre, h_tps = bench_hf(source, ids, args.new, args.threads, args.runs)
+            rows.append((target, *side_by_side(package, ids, args)))
+        hf = None if args.no_hf else bench_hf(source, ids, args.new, args.threads, args.runs)
         print(
             f"{which}: prompt {len(ids)}, {args.new} new tokens, {args.threads} threads, "
-            f"median of {args.runs}; {load_average()}"
+            f"median of {args.rounds} rounds x {args.runs} runs; {load_average()}"
         )
-        for target, m_ids, m_pre, m_tps, shared in rows:
-            assert m_ids == h_ids, f"{which}/{target}: ids differ\n mobius {m_ids}\n hf {h_ids}"
-            print(
-                f"  mobius-runtime --target {target:7s} ({shared}): prefill {m_pre:8.2f} ms, "
-                f"decode {m_tps:9.1f} tok/s, ratio {m_tps / h_tps:6.1f}x HF"
+        for target, m_ids, m_pre, m_tps, shared, og in rows:
+            line = (
+                f"  mobius-runtime     --target {target:7s} ({shared}): prefill {m_pre:8.2f} ms, "
+                f"decode {m_tps:9.1f} tok/s"
             )
-        print(
-            f"  HF transformers generate():  prefill {h_pre:8.2f} ms, decode {h_tps:9.1f} tok/s\n"
-            "  identical greedy ids: yes"
-        )
+            if og is not None:
+                assert m_ids == og[0], f"{which}/{target}: ids differ\n mobius {m_ids}\n og {og[0]}"
+                line += f", {m_tps / og[2]:5.2f}x onnxruntime-genai"
+            if hf is not None:
+                assert m_ids == hf[0], f"{which}/{target}: ids differ\n mobius {m_ids}\n hf {hf[0]}"
+                line += f", {m_tps / hf[2]:6.1f}x HF"
+            print(line)
+            if og is not None:
+                print(
+                    f"  onnxruntime-genai  --target {target:7s} (same package):  prefill "
+                    f"{og[1]:8.2f} ms, decode {og[2]:9.1f} tok/s"
+                )
+        if hf is not None:
+            print(
+                f"  HF transformers generate():  prefill {hf[1]:8.2f} ms, decode {hf[2]:9.1f} tok/s"
+            )
+        print("  identical greedy ids: yes")
 
 
 if __name__ == "__main__":

@@ -266,7 +266,16 @@ def test_package_reads_every_tensor_and_ignores_ple_keys(unified):
     contract = read_package(unified.build.out).contract
     assert contract.component("decoder").input("per_layer_inputs") is None
     assert contract.component("decoder").input("input_ids") is not None  # "vision" overlay
-    assert not (unified.build.out / "image_processor.json").exists()
+    # onnxruntime-genai refuses a speech section without its processor config
+    import json
+
+    genai = json.loads((unified.build.out / "genai_config.json").read_text())["model"]
+    assert genai["speech"]["config_filename"] == "audio_processor.json"
+    assert genai["vision"]["config_filename"] == "image_processor.json"
+    audio = json.loads((unified.build.out / "audio_processor.json").read_text())
+    frames = audio["feature_extraction"]["sequence"][1]["operation"]
+    assert frames["type"] == "Gemma4UnifiedAudioFrames"
+    assert frames["attrs"]["audio_samples_per_token"] == 640
 
 
 def test_merged_patches_match_hf_merge_order():

@@ -3,7 +3,13 @@ onnxruntime-extensions processor configs ``image_processor.json`` / ``audio_proc
 of a multimodal package, and the checkpoint's tokenizer files (copied when present).
 
 onnxruntime-genai 0.18 always needs a ``vision`` section for ``gemma4`` and a ``speech``
-section whose ``config_filename`` is empty when there is no audio tower.
+section whose ``config_filename`` is empty when there is no audio tower; a ``speech``
+section naming an encoder must name its processor config too (it refuses to load
+otherwise). ``gemma4_unified`` gets the same sections, with its own processor
+operators: ``Gemma4ImageTransform`` at the unified patch / pooling sizes and
+``Gemma4UnifiedAudioFrames`` (raw 640-sample frames). Its text prompts are checked
+against onnxruntime-genai (``mobius-runtime/tests/genai/check_genai.py``); its image
+and audio prompts are not yet.
 """
 
 from __future__ import annotations
@@ -57,33 +63,39 @@ def media_sections(config: Gemma4Config) -> dict:
     """The ``vision`` and ``speech`` sections of a ``gemma4`` genai_config."""
     from mobius_gemma4.ports import has_audio, has_vision
 
-    towers = config.model_type == "gemma4"  # unified: no processor files (runtime_files)
     vision: dict = {}
     if has_vision(config):
-        vision = {
-            "filename": "vision_encoder/model.onnx",
-            "config_filename": IMAGE_PROCESSOR if towers else "",
-        }
+        vision = {"filename": "vision_encoder/model.onnx", "config_filename": IMAGE_PROCESSOR}
     speech: dict = {"config_filename": ""}
     if has_audio(config):
         speech = {
             "filename": "audio_encoder/model.onnx",
-            "config_filename": AUDIO_PROCESSOR if towers else "",
+            "config_filename": AUDIO_PROCESSOR,
             "inputs": {"audio_embeds": "input_features", "attention_mask": "input_features_mask"},
         }
     return {"vision": vision, "speech": speech}
 
 
 def image_processor_json(config: Gemma4Config) -> dict:
-    from mobius_gemma4.processors import max_soft_tokens
-    from mobius_gemma4.vision import read_vision_config
+    if config.model_type == "gemma4_unified":
+        from mobius_gemma4.unified import vision_config_of
 
-    vc = read_vision_config(config.vision_config, where="config.json: vision_config")
-    attrs = {
-        "patch_size": vc.patch_size,
-        "max_soft_tokens": max_soft_tokens(config),
-        "pooling_kernel_size": vc.pooling_kernel_size,
-    }
+        uc = vision_config_of(config)
+        attrs = {
+            "patch_size": uc.patch_size,
+            "max_soft_tokens": uc.num_soft_tokens,
+            "pooling_kernel_size": uc.pooling_kernel_size,
+        }
+    else:
+        from mobius_gemma4.processors import max_soft_tokens
+        from mobius_gemma4.vision import read_vision_config
+
+        vc = read_vision_config(config.vision_config, where="config.json: vision_config")
+        attrs = {
+            "patch_size": vc.patch_size,
+            "max_soft_tokens": max_soft_tokens(config),
+            "pooling_kernel_size": vc.pooling_kernel_size,
+        }
     return {
         "processor": {
             "name": "gemma4_image_processor",
@@ -108,6 +120,27 @@ def image_processor_json(config: Gemma4Config) -> dict:
 
 
 def audio_processor_json(config: Gemma4Config) -> dict:
+    if config.model_type == "gemma4_unified":
+        from mobius_gemma4.unified import audio_config_of
+
+        frames = {
+            "audio_samples_per_token": audio_config_of(config).audio_embed_dim,
+            "sampling_rate": 16000,
+        }
+        return {
+            "feature_extraction": {
+                "sequence": [
+                    {"operation": {"name": "audio_decoder", "type": "AudioDecoder"}},
+                    {
+                        "operation": {
+                            "name": "gemma4_unified_audio_frames",
+                            "type": "Gemma4UnifiedAudioFrames",
+                            "attrs": frames,
+                        }
+                    },
+                ]
+            }
+        }
     from mobius_gemma4.audio import read_audio_config
 
     ac = read_audio_config(config.audio_config, where="config.json: audio_config")
@@ -154,12 +187,9 @@ def runtime_files(
     )
     from mobius_gemma4.ports import has_audio, has_vision
 
-    # The onnxruntime-extensions operators describe gemma4's 16-px patches and log-mel
-    # features; gemma4_unified (48-px patches, raw frames) has none, so it gets no files.
-    towers = config.model_type == "gemma4"
     for present, name, make in (
-        (towers and has_vision(config), IMAGE_PROCESSOR, image_processor_json),
-        (towers and has_audio(config), AUDIO_PROCESSOR, audio_processor_json),
+        (has_vision(config), IMAGE_PROCESSOR, image_processor_json),
+        (has_audio(config), AUDIO_PROCESSOR, audio_processor_json),
     ):
         if present:
             files.append(RuntimeFile(name, content=json.dumps(make(config), indent=2).encode()))

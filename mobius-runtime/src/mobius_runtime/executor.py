@@ -55,6 +55,7 @@ class Executor:
         self.share_of = share_of
         self._io: dict[str, tuple[list[tuple[str, str, tuple[Any, ...]]], list[str]]] = {}
         self._share: dict[str, SharePlan | None] = {}
+        self._resolved: dict[tuple, tuple[list[str], dict[str, tuple[str, Any]]]] = {}
         self._lock = threading.Lock()
 
     def io(self, comp: str) -> tuple[list[tuple[str, str, tuple[Any, ...]]], list[str]]:
@@ -173,8 +174,16 @@ class Executor:
         different past lengths (:mod:`mobius_runtime.batching`); ``past_len`` is then
         the longest row's.
         """
-        self.check_request(caller)
-        run, how = self._resolve(caller, state)
+        # which components run and where each input comes from depend only on which
+        # caller inputs and state keys are present: resolved once per such shape
+        shape = (frozenset(caller), None if state is None else frozenset(state))
+        resolved = self._resolved.get(shape)
+        if resolved is None:
+            self.check_request(caller)
+            resolved = self._resolve(caller, state)
+            with self._lock:
+                self._resolved.setdefault(shape, resolved)
+        run, how = resolved
         batch, seq = _batch_and_seq(caller)
         values: dict[str, Any] = {}
         host_outputs = set(self.plan.outputs)

@@ -488,8 +488,11 @@ class Pipeline:
         reason = "max_new_tokens"
         step_ids = np.zeros((1, 1), dtype=np.int64)
         while True:
-            check_logits(logits, len(generated))
+            if sampler.do_sample:
+                check_logits(logits, len(generated))
             token = sampler.pick(logits)
+            if not np.isfinite(logits[token]):  # greedy: argmax lands on any NaN / +inf
+                check_logits(logits, len(generated))
             generated.append(token)
             stream.push(token)
             if token in stops:

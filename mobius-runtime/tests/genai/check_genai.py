@@ -5,11 +5,12 @@ onnxruntime-gpu, plus the mobius distributions (tox env ``genai``)::
 
     python mobius-runtime/tests/genai/check_genai.py [--out /tmp/genai-check] [--only NAME]
 
-Builds the bundled tiny checkpoints under testdata/ and runs four cases:
+Builds the bundled tiny checkpoints under testdata/ and runs five cases:
 
-- ``text``: the text-only ``tiny-gemma4`` (``gemma4_text``) and the multimodal
-  ``tiny-gemma4-mm`` (``gemma4``) on a chat-formatted text prompt, tokenized by
-  onnxruntime-genai's ``og.Tokenizer`` from the package's ``tokenizer.json``;
+- ``text``: the text-only ``tiny-gemma4`` (``gemma4_text``), the multimodal
+  ``tiny-gemma4-mm`` (``gemma4``) and ``tiny-gemma4-unified`` (``gemma4_unified``)
+  on a chat-formatted text prompt, tokenized by onnxruntime-genai's ``og.Tokenizer``
+  from the package's ``tokenizer.json``;
 - ``image`` / ``audio``: ``tiny-gemma4-mm`` on ``testdata/media/tiny.png`` /
   ``tiny.wav``, processed by onnxruntime-genai's own ``og.MultiModalProcessor``
   (``image_processor.json`` / ``audio_processor.json`` of the package) and by
@@ -63,6 +64,7 @@ class Case:
 CASES = (
     Case("tiny-gemma4", "text", "Hello, tell me about the sea."),
     Case("tiny-gemma4-mm", "text", "Hello, tell me about the sea."),
+    Case("tiny-gemma4-unified", "text", "Hello, tell me about the sea."),
     Case("tiny-gemma4-mm", "image", "Describe this picture.", TESTDATA / "media" / "tiny.png"),
     Case("tiny-gemma4-mm", "audio", "Transcribe this clip.", TESTDATA / "media" / "tiny.wav"),
 )
