@@ -36,16 +36,25 @@ except ModuleNotFoundError:  # Python 3.10
 REPO = Path(__file__).resolve().parents[2]
 
 # folder -> (import name, top-level modules it must never import)
-PLUGINS = ("mobius_gemma4", "mobius_runtime", "mobius_testing")
+PLUGINS = ("mobius_gemma4", "mobius_qwen3", "mobius_runtime", "mobius_testing")
 HEAVY_REFERENCE = {"torch", "transformers"}
 RULES: dict[str, tuple[str, set[str]]] = {
     "mobius-core": ("mobius", HEAVY_REFERENCE | {"onnxruntime", "onnxruntime_genai", *PLUGINS}),
     "mobius-gemma4": (
         "mobius_gemma4",
-        HEAVY_REFERENCE | {"onnxruntime", "onnxruntime_genai", "mobius_runtime", "mobius_testing"},
+        HEAVY_REFERENCE
+        | {"onnxruntime", "onnxruntime_genai", "mobius_runtime", "mobius_testing", "mobius_qwen3"},
     ),
-    "mobius-runtime": ("mobius_runtime", HEAVY_REFERENCE | {"mobius_gemma4", "mobius_testing"}),
-    "mobius-testing": ("mobius_testing", {"mobius_gemma4"}),
+    "mobius-qwen3": (
+        "mobius_qwen3",
+        HEAVY_REFERENCE
+        | {"onnxruntime", "onnxruntime_genai", "mobius_runtime", "mobius_testing", "mobius_gemma4"},
+    ),
+    "mobius-runtime": (
+        "mobius_runtime",
+        HEAVY_REFERENCE | {"mobius_gemma4", "mobius_qwen3", "mobius_testing"},
+    ),
+    "mobius-testing": ("mobius_testing", {"mobius_gemma4", "mobius_qwen3"}),
 }
 
 
@@ -196,6 +205,7 @@ def test_plugin_entry_points_import_no_reference_stack() -> None:
 DIST_OF_IMPORT = {
     "mobius": "mobius-core",
     "mobius_gemma4": "mobius-gemma4",
+    "mobius_qwen3": "mobius-qwen3",
     "mobius_runtime": "mobius-runtime",
     "mobius_testing": "mobius-testing",
     "PIL": "pillow",
