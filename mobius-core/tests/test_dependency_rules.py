@@ -6,6 +6,9 @@
 - onnxruntime is never imported by mobius-core or mobius-gemma4.
 - core never imports a plugin; plugins never import each other, except
   mobius-testing → mobius-runtime.
+- every third-party module a distribution's src imports is declared in its
+  ``pyproject.toml`` (``dependencies`` or a non-test extra), and every runtime
+  dependency is imported by its src (test-only ones belong in ``[test]``).
 
 The static half walks the AST of every ``.py`` file under each ``src/`` (so an
 import on a path no test exercises is still caught, including
@@ -33,16 +36,25 @@ except ModuleNotFoundError:  # Python 3.10
 REPO = Path(__file__).resolve().parents[2]
 
 # folder -> (import name, top-level modules it must never import)
-PLUGINS = ("mobius_gemma4", "mobius_runtime", "mobius_testing")
+PLUGINS = ("mobius_gemma4", "mobius_qwen3", "mobius_runtime", "mobius_testing")
 HEAVY_REFERENCE = {"torch", "transformers"}
 RULES: dict[str, tuple[str, set[str]]] = {
     "mobius-core": ("mobius", HEAVY_REFERENCE | {"onnxruntime", "onnxruntime_genai", *PLUGINS}),
     "mobius-gemma4": (
         "mobius_gemma4",
-        HEAVY_REFERENCE | {"onnxruntime", "onnxruntime_genai", "mobius_runtime", "mobius_testing"},
+        HEAVY_REFERENCE
+        | {"onnxruntime", "onnxruntime_genai", "mobius_runtime", "mobius_testing", "mobius_qwen3"},
     ),
-    "mobius-runtime": ("mobius_runtime", HEAVY_REFERENCE | {"mobius_gemma4", "mobius_testing"}),
-    "mobius-testing": ("mobius_testing", {"mobius_gemma4"}),
+    "mobius-qwen3": (
+        "mobius_qwen3",
+        HEAVY_REFERENCE
+        | {"onnxruntime", "onnxruntime_genai", "mobius_runtime", "mobius_testing", "mobius_gemma4"},
+    ),
+    "mobius-runtime": (
+        "mobius_runtime",
+        HEAVY_REFERENCE | {"mobius_gemma4", "mobius_qwen3", "mobius_testing"},
+    ),
+    "mobius-testing": ("mobius_testing", {"mobius_gemma4", "mobius_qwen3"}),
 }
 
 
@@ -184,3 +196,102 @@ def test_plugin_entry_points_import_no_reference_stack() -> None:
     assert modules, "no plugin declares a mobius entry point"
     loaded = _loaded_after(modules, [])
     assert loaded & (HEAVY_REFERENCE | {"onnxruntime", "onnxruntime_genai"}) == set()
+
+
+# ---------------------------------------------------------------- declarations
+
+# Import names whose distribution has another name, for when it is not installed here
+# (an optional extra such as mobius-testing[reference]); installed ones are looked up.
+DIST_OF_IMPORT = {
+    "mobius": "mobius-core",
+    "mobius_gemma4": "mobius-gemma4",
+    "mobius_qwen3": "mobius-qwen3",
+    "mobius_runtime": "mobius-runtime",
+    "mobius_testing": "mobius-testing",
+    "PIL": "pillow",
+    "onnx_ir": "onnx-ir",
+    "ml_dtypes": "ml-dtypes",
+    "huggingface_hub": "huggingface-hub",
+    "onnxruntime": "onnxruntime-gpu",
+    "onnxruntime_genai": "onnxruntime-genai",
+}
+# Declared runtime dependencies that src does not import by name, with the reason.
+DECLARED_NOT_IMPORTED = {
+    ("mobius-core", "onnx"): "the floor of the onnx that onnx-ir and onnxscript serialise with",
+}
+
+
+def _canon(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def _declared(folder: str) -> tuple[set[str], set[str]]:
+    """(runtime dependencies, dependencies of non-test extras) of ``folder``, canonical names."""
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / folder / "pyproject.toml").read_text(encoding="utf-8"))
+    project = project["project"]
+    runtime = {_canon(Requirement(r).name) for r in project.get("dependencies", [])}
+    extras = {
+        _canon(Requirement(r).name)
+        for extra, reqs in project.get("optional-dependencies", {}).items()
+        if extra != "test"
+        for r in reqs
+    }
+    return runtime, extras
+
+
+def _third_party_imports(folder: str) -> dict[str, list[str]]:
+    """{top-level import name: ["path:line", ...]} of every non-stdlib import in src."""
+    own = RULES[folder][0]
+    found: dict[str, list[str]] = {}
+    for path in sorted((REPO / folder / "src").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, name in _imported_names(tree):
+            top = name.split(".", 1)[0]
+            if top == own or top in sys.stdlib_module_names or top == "__future__":
+                continue
+            found.setdefault(top, []).append(f"{path.relative_to(REPO)}:{line}")
+    return found
+
+
+def _distributions(top: str) -> set[str]:
+    from importlib.metadata import packages_distributions
+
+    if top in DIST_OF_IMPORT:
+        return {DIST_OF_IMPORT[top]}
+    installed = packages_distributions().get(top)
+    return {_canon(d) for d in installed} if installed else {_canon(top)}
+
+
+@pytest.mark.parametrize("folder", sorted(RULES))
+def test_every_third_party_import_is_declared(folder: str) -> None:
+    """Each module src imports (lazily too) comes from a dependency or a non-test extra."""
+    runtime, extras = _declared(folder)
+    problems = [
+        f"{where[0]}: imports {top} (distribution {' or '.join(sorted(_distributions(top)))}), "
+        f"which {folder}/pyproject.toml does not declare ({len(where)} place(s))"
+        for top, where in sorted(_third_party_imports(folder).items())
+        if not _distributions(top) & (runtime | extras)
+    ]
+    assert problems == []
+
+
+@pytest.mark.parametrize("folder", sorted(RULES))
+def test_every_runtime_dependency_is_imported(folder: str) -> None:
+    """Nothing in ``dependencies`` is there for the tests only (those go in ``[test]``)."""
+    runtime, _ = _declared(folder)
+    imported = set().union(*(_distributions(t) for t in _third_party_imports(folder)))
+    unused = sorted(d for d in runtime - imported if (folder, d) not in DECLARED_NOT_IMPORTED)
+    assert unused == [], f"{folder} declares {unused} but its src never imports them"
+
+
+def test_the_declaration_check_catches_a_missing_declaration(tmp_path: Path) -> None:
+    """The lookup maps import names to distributions the way the two tests above rely on."""
+    assert _distributions("PIL") == {"pillow"}
+    assert _distributions("onnx_ir") == {"onnx-ir"}
+    assert _distributions("mobius") == {"mobius-core"}
+    assert _distributions("numpy") == {"numpy"}
+    runtime, extras = _declared("mobius-testing")
+    assert {"torch", "transformers"} <= extras and "hypothesis" in extras
+    assert "pytest" in runtime and "torch" not in runtime

@@ -69,7 +69,9 @@ def test_expand_prompt_counts_and_order():
 def test_processors_return_port_arrays_and_counts():
     procs = text_processors(_config())
     image = np.random.default_rng(0).integers(0, 256, size=(144, 192, 3), dtype=np.uint8)
-    out = procs.preprocess_image([image, image[:96]])
+    # 144x144, not 96x192: resized to the 280-token budget that one is 69 patches wide, past
+    # the tiny vision position table (64 rows), and the processor refuses it
+    out = procs.preprocess_image([image, image[:, :144]])
     assert set(out) == {"pixel_values", "pixel_position_ids", "num_soft_tokens"}
     assert out["pixel_values"].dtype == np.float32
     assert out["pixel_values"].shape[0] == 2 and out["pixel_values"].shape[2] == 768

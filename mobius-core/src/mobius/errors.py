@@ -58,5 +58,9 @@ class PackageError(MobiusError):
     """A model package cannot be written, read or trusted (OUT exists, hash mismatch, bad manifest)."""
 
 
+class MediaError(MobiusError):
+    """An image or audio input cannot be used: not a regular file, too large, corrupt, absurd."""
+
+
 class BuildError(MobiusError):
     """A build failed for a reason not covered by a more specific error."""

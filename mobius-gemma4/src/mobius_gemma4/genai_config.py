@@ -15,6 +15,7 @@ and audio prompts are not yet.
 from __future__ import annotations
 
 import json
+import logging
 
 from mobius.records import BuildOptions, RuntimeFile
 from mobius_gemma4.config import Gemma4Config
@@ -166,20 +167,39 @@ def audio_processor_json(config: Gemma4Config) -> dict:
     }
 
 
+def generation_eos(path) -> list[int] | int | None:
+    """``eos_token_id`` of the checkpoint's ``generation_config.json`` (None if absent).
+
+    A file that cannot be read or is not a JSON object is not fatal (config.json's ids
+    still stop generation) but is never dropped silently: a warning names the file.
+    """
+    if path is None:
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        problem = f"cannot be read as JSON ({exc})"
+    else:
+        if isinstance(raw, dict):
+            return raw.get("eos_token_id")
+        problem = f"holds a JSON {type(raw).__name__}, not an object"
+    logging.getLogger(__name__).warning(
+        "%s %s; its eos_token_id is not used as a stop id (config.json's are): "
+        "fix or remove that file",
+        path,
+        problem,
+    )
+    return None
+
+
 def runtime_files(
     config: Gemma4Config, contract, checkpoint, options: BuildOptions
 ) -> list[RuntimeFile]:
     from mobius_gemma4.processors import stop_token_ids
 
     files: list[RuntimeFile] = []
-    gen_eos = None
     gen_path = checkpoint.file("generation_config.json") if checkpoint is not None else None
-    if gen_path is not None:
-        try:
-            gen_eos = json.loads(gen_path.read_text()).get("eos_token_id")
-        except (OSError, ValueError):
-            gen_eos = None
-    eos = list(stop_token_ids(config, gen_eos))
+    eos = list(stop_token_ids(config, generation_eos(gen_path)))
     files.append(
         RuntimeFile(
             "genai_config.json", content=json.dumps(genai_config(config, eos), indent=2).encode()

@@ -71,6 +71,7 @@ def image_preprocessor(config: Gemma4Config):
                 patch_size=uc.patch_size,
                 pooling_kernel_size=uc.pooling_kernel_size,
                 max_soft_tokens=uc.num_soft_tokens,
+                position_embedding_size=uc.mm_posemb_size,
             )
 
     else:
@@ -83,6 +84,7 @@ def image_preprocessor(config: Gemma4Config):
                 patch_size=vc.patch_size,
                 pooling_kernel_size=vc.pooling_kernel_size,
                 max_soft_tokens=max_soft_tokens(config),
+                position_embedding_size=vc.position_embedding_size,
             )
 
     def preprocess_image(images: Sequence[Any]) -> dict[str, Any]:
@@ -108,14 +110,16 @@ def audio_preprocessor(config: Gemma4Config):
         from mobius_gemma4.unified.processor import UnifiedAudioFrames
 
         extractor: Any = UnifiedAudioFrames(audio_config_of(config).audio_embed_dim)
+        max_samples = None  # no clip length cap known for the unified model
     else:
         from mobius_gemma4.audio import Gemma4AudioFeatureExtractor, read_audio_config
 
         ac = read_audio_config(config.audio_config, where="config.json: audio_config")
         extractor = Gemma4AudioFeatureExtractor(feature_size=ac.num_mel_bins)
+        max_samples = extractor.max_samples  # 30 s: cut before resampling
 
     def preprocess_audio(clips: Sequence[Any]) -> dict[str, Any]:
-        batch = extractor([load_audio(c) for c in clips])
+        batch = extractor([load_audio(c, max_samples=max_samples) for c in clips])
         return {
             "input_features": batch.input_features,
             "input_features_mask": batch.input_features_mask,

@@ -49,19 +49,11 @@ Audio = Annotated[
 
 
 def _readable(kind: str, files: list[Path]) -> list[Path]:
-    from mobius_runtime.errors import RequestError
+    """Checked before the model loads: each is a readable regular file (never a pipe that
+    would block, or a device without end); mobius.media says why not."""
+    from mobius.media import check_media_file
 
-    for path in files:
-        try:
-            with path.open("rb") as f:
-                f.read(1)
-        except OSError as exc:
-            raise RequestError(
-                f"cannot read {kind} file {path}: {exc.strerror or exc}",
-                where=str(path),
-                fix=f"pass an existing, readable {kind} file",
-            ) from exc
-    return files
+    return [check_media_file(path, kind) for path in files]
 
 
 def _sampling(sample: bool, temperature, top_k, top_p, seed) -> dict[str, Any]:

@@ -12,6 +12,7 @@ still run from raw text and ids; only media then fail, with a clear error.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,10 +81,18 @@ def context_length(root: Path, manifest: dict) -> int | None:
     if genai.is_file():
         try:
             value = json.loads(genai.read_text(encoding="utf-8"))["model"]["context_length"]
-            if isinstance(value, int) and value > 0:
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            problem = f"has no readable model.context_length ({type(exc).__name__}: {exc})"
+        else:
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+            problem = f"model.context_length is {value!r}, not a positive integer"
+        logging.getLogger(__name__).warning(
+            "%s %s; generation runs without a context-length cap: fix the file or rebuild "
+            "the package",
+            genai,
+            problem,
+        )
     return None
 
 

@@ -10,6 +10,11 @@ Files are read with soundfile (WAV, FLAC, …; imported only when a path or byte
 are given). Other sample rates are resampled to 16 kHz by windowed-sinc
 interpolation in numpy (Kaiser β = 8.6, 32 zero crossings, cut-off at the lower
 Nyquist frequency): band-limited, no scipy needed; accurate to about −80 dB.
+
+Clips are untrusted input: a path must be a regular file (:func:`mobius.media.read_media_file`),
+a sample rate outside :data:`SAMPLE_RATES` is refused (a header saying 1 Hz would make
+resampling 16,000× longer than the clip), and with ``max_samples`` only the part of the clip
+the model keeps is decoded and resampled (a 10-minute file costs what 30 s cost).
 """
 
 from __future__ import annotations
@@ -23,9 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from mobius.errors import MobiusError
+from mobius.errors import MediaError, MobiusError
+from mobius.media import read_media_file
 
 SAMPLE_RATE = 16_000
+SAMPLE_RATES = (4_000, 768_000)
+"""Lowest and highest sample rate accepted (Hz), inclusive."""
 
 
 @dataclass(frozen=True)
@@ -57,14 +65,26 @@ def mel_filters(n_freqs: int, n_mels: int, f_min: float, f_max: float, sr: int) 
     return np.maximum(0.0, np.minimum(down, up))
 
 
+def _half_taps(sr_in: int, sr_out: int) -> int:
+    """Input samples :func:`resample` reads on each side of an output position."""
+    return math.ceil(32 / min(1.0, sr_out / sr_in))
+
+
+def input_samples_for(n_out: int, sr_in: int, sr_out: int = SAMPLE_RATE) -> int:
+    """Input samples that determine the first ``n_out`` outputs of :func:`resample` exactly."""
+    if sr_in == sr_out:
+        return n_out
+    return math.ceil(n_out * sr_in / sr_out) + _half_taps(sr_in, sr_out) + 2
+
+
 def resample(wave: np.ndarray, sr_in: int, sr_out: int = SAMPLE_RATE) -> np.ndarray:
     """Band-limited resampling of a 1-D signal by Kaiser-windowed sinc interpolation."""
     if sr_in == sr_out:
         return wave.astype(np.float32)
-    zeros, beta = 32, 8.6
+    beta = 8.6
     ratio = sr_out / sr_in
     cutoff = min(1.0, ratio)  # of the input Nyquist
-    half = math.ceil(zeros / cutoff)
+    half = _half_taps(sr_in, sr_out)
     n_out = math.ceil(len(wave) * ratio)
     x = np.asarray(wave, dtype=np.float64)
     out = np.empty(n_out, dtype=np.float64)
@@ -84,21 +104,67 @@ def resample(wave: np.ndarray, sr_in: int, sr_out: int = SAMPLE_RATE) -> np.ndar
     return out.astype(np.float32)
 
 
-def load_audio(source: Any, sampling_rate: int | None = None) -> np.ndarray:
-    """Decode ``source`` (path, bytes, or a 1-D array at ``sampling_rate``) to 16 kHz mono float32."""
+def _check_rate(sr: int, where: str) -> None:
+    low, high = SAMPLE_RATES
+    if not low <= sr <= high:
+        raise MediaError(
+            f"audio sample rate {sr} Hz is outside {low}–{high} Hz",
+            where=where,
+            fix="pass a clip recorded at a real audio sample rate (e.g. 16000 or 44100 Hz)",
+        )
+
+
+def _read_file(data: bytes, where: str, max_samples: int | None) -> tuple[np.ndarray, int]:
+    """Decode ``data`` (WAV, FLAC, …) to ``([frames, channels] float32, rate)``.
+
+    The rate is checked from the header before anything is decoded, and with
+    ``max_samples`` (at 16 kHz) only the frames that resampling needs are read.
+    """
+    import soundfile
+
+    try:
+        with soundfile.SoundFile(io.BytesIO(data)) as f:
+            _check_rate(int(f.samplerate), where)
+            frames = -1
+            if max_samples is not None:
+                frames = input_samples_for(max_samples, int(f.samplerate))
+            wave = f.read(frames=frames, dtype="float32", always_2d=True)
+            return wave, int(f.samplerate)
+    except MediaError:
+        raise
+    except (RuntimeError, OSError, ValueError, EOFError) as e:
+        raise MediaError(
+            f"cannot read audio: {e}", where=where, fix="pass an intact WAV or FLAC file"
+        ) from e
+
+
+def load_audio(
+    source: Any, sampling_rate: int | None = None, *, max_samples: int | None = None
+) -> np.ndarray:
+    """Decode ``source`` (path, bytes, or a 1-D array at ``sampling_rate``) to 16 kHz mono float32.
+
+    ``max_samples``: the model keeps at most that many 16 kHz samples; only the input
+    they depend on is decoded and resampled (the first ``max_samples`` outputs are the
+    same as resampling the whole clip; the result may run a few samples longer).
+    """
     if isinstance(source, np.ndarray):
         wave, sr = source, sampling_rate or SAMPLE_RATE
+        _check_rate(int(sr), "audio array")
+        if max_samples is not None and wave.ndim >= 1:
+            keep = input_samples_for(max_samples, int(sr))
+            wave = wave[:keep] if wave.ndim == 1 or wave.shape[1] <= 8 else wave[:, :keep]
     else:
-        import soundfile
-
-        try:
-            data = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
-            wave, sr = soundfile.read(data, dtype="float32", always_2d=True)
-        except (RuntimeError, OSError) as e:
-            where = str(source) if isinstance(source, (str, Path)) else "audio bytes"
+        if isinstance(source, (str, Path)):
+            where, data = str(source), read_media_file(source, "audio")
+        elif isinstance(source, (bytes, bytearray)):
+            where, data = "audio bytes", bytes(source)
+        else:
             raise MobiusError(
-                f"cannot read audio: {e}", where=where, fix="pass a WAV or FLAC file"
-            ) from e
+                f"cannot use a {type(source).__name__} as audio",
+                where="Gemma 4 audio feature extractor",
+                fix="pass a path, bytes or a 1-D float array",
+            )
+        wave, sr = _read_file(data, where, max_samples)
         wave = wave.mean(axis=1)
     wave = np.asarray(wave, dtype=np.float32)
     if wave.ndim == 2:

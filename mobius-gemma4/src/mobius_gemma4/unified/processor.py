@@ -28,6 +28,7 @@ import numpy as np
 
 from mobius.errors import MobiusError
 from mobius_gemma4.vision.processor import (
+    check_positions,
     check_soft_tokens,
     patch_grid,
     process_images,
@@ -60,9 +61,15 @@ class UnifiedImageProcessor:
     """Images → ``pixel_values`` / ``pixel_position_ids`` of 48-px merged patches."""
 
     def __init__(
-        self, *, patch_size: int = 16, pooling_kernel_size: int = 3, max_soft_tokens: int = 280
+        self,
+        *,
+        patch_size: int = 16,
+        pooling_kernel_size: int = 3,
+        max_soft_tokens: int = 280,
+        position_embedding_size: int | None = None,
     ) -> None:
         check_soft_tokens(max_soft_tokens, IMAGE_WHERE)
+        self.position_embedding_size = position_embedding_size
         self.patch_size = patch_size
         self.pooling_kernel_size = pooling_kernel_size
         self.max_soft_tokens = max_soft_tokens
@@ -89,6 +96,13 @@ class UnifiedImageProcessor:
                 fix="let the processor resize it (resize=True)",
             )
         n = (h // m) * (w // m)
+        check_positions(
+            w // m,
+            h // m,
+            self.position_embedding_size,
+            "vision_config.mm_posemb_size",
+            IMAGE_WHERE,
+        )
         if n > self.max_soft_tokens:
             raise MobiusError(
                 f"image of {h}x{w} pixels gives {n} patches, over max_soft_tokens "

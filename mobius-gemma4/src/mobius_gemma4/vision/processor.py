@@ -9,12 +9,21 @@ Resizing uses Pillow's bicubic filter on the 8-bit image, exactly what HF's PIL
 backend does, so patches match it bit for bit; HF's default torchvision backend
 resizes in float with its own antialias kernel and differs by a few 1/255 steps.
 Pillow is imported only when an image actually needs decoding or resizing.
+
+Images are untrusted input: a path must be a regular file (:func:`mobius.media.read_media_file`
+refuses pipes and devices), an image over :data:`MAX_IMAGE_PIXELS` is refused before it is
+decoded or copied (a decompression bomb, or a huge array through the API), a corrupt or
+truncated file is a :class:`~mobius.errors.MediaError` naming it, and an image whose patch
+grid is wider or taller than the vision position table is refused (HF's processor makes
+the same positions; its model then fails with an index error).
 """
 
 from __future__ import annotations
 
 import io
 import math
+import warnings
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from mobius.errors import MobiusError
+from mobius.errors import MediaError, MobiusError
+from mobius.media import read_media_file
 
 SUPPORTED_SOFT_TOKENS = (70, 140, 280, 560, 1120)
 """``max_soft_tokens`` values Gemma 4 was trained with (HF refuses others)."""
 WHERE = "Gemma 4 image processor"
+MAX_IMAGE_PIXELS = 1024 * 1024 * 1024 // 4 // 3
+"""Largest image taken (89,478,485 pixels, Pillow's decompression-bomb threshold)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,42 @@ def target_size(
     return th, tw
 
 
+def _check_pixels(height: int, width: int, where: str) -> None:
+    if height * width > MAX_IMAGE_PIXELS:
+        raise MediaError(
+            f"image of {width}x{height} pixels ({height * width:,}) is over the limit of "
+            f"{MAX_IMAGE_PIXELS:,} pixels",
+            where=where,
+            fix="pass a smaller image (the model resizes every image to a few thousand patches)",
+        )
+
+
+def _decode(data: bytes, where: str) -> np.ndarray:
+    """Encoded image bytes → ``uint8 [H, W, 3]``; every decoder failure is a MediaError."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            pil = Image.open(io.BytesIO(data))
+            _check_pixels(pil.height, pil.width, where)
+            return np.asarray(pil.convert("RGB"), dtype=np.uint8)
+    except MediaError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise MediaError(
+            f"image is too large to decode safely: {e}",
+            where=where,
+            fix="pass a smaller image",
+        ) from e
+    except (OSError, SyntaxError, ValueError, EOFError, zlib.error) as e:
+        raise MediaError(
+            f"cannot decode image: {e}",
+            where=where,
+            fix="pass an intact image file (PNG, JPEG, …)",
+        ) from e
+
+
 def load_rgb(image: Any) -> np.ndarray:
     """Decode ``image`` to a ``uint8 [H, W, 3]`` RGB array.
 
@@ -76,6 +124,7 @@ def load_rgb(image: Any) -> np.ndarray:
                 fix="pass 8-bit RGB pixels (HWC) or an image file",
             )
         if arr.ndim == 2:
+            _check_pixels(arr.shape[0], arr.shape[1], "image array")
             arr = np.repeat(arr[:, :, None], 3, axis=2)
         if arr.ndim != 3 or arr.shape[2] not in (3, 4):
             raise MobiusError(
@@ -83,29 +132,38 @@ def load_rgb(image: Any) -> np.ndarray:
                 where="Gemma 4 image processor",
                 fix="pass channels-last RGB pixels",
             )
+        _check_pixels(arr.shape[0], arr.shape[1], "image array")
         return np.ascontiguousarray(arr[:, :, :3])
+    if isinstance(image, (str, Path)):
+        return _decode(read_media_file(image, "image"), str(image))
+    if isinstance(image, (bytes, bytearray)):
+        return _decode(bytes(image), "image bytes")
     from PIL import Image
 
-    if isinstance(image, (str, Path)):
+    if isinstance(image, Image.Image):
+        _check_pixels(image.height, image.width, "PIL image")
         try:
-            pil = Image.open(image)
-        except OSError as e:
-            raise MobiusError(
-                f"cannot read image {image}: {e}",
-                where=str(image),
-                fix="pass a readable image file (PNG, JPEG, …)",
+            return np.asarray(image.convert("RGB"), dtype=np.uint8)
+        except (OSError, SyntaxError, ValueError, EOFError, zlib.error) as e:
+            raise MediaError(
+                f"cannot decode image: {e}", where="PIL image", fix="pass an intact image"
             ) from e
-    elif isinstance(image, (bytes, bytearray)):
-        pil = Image.open(io.BytesIO(image))
-    elif isinstance(image, Image.Image):
-        pil = image
-    else:
-        raise MobiusError(
-            f"cannot use a {type(image).__name__} as an image",
-            where="Gemma 4 image processor",
-            fix="pass a path, bytes, a PIL image or a uint8 array",
+    raise MobiusError(
+        f"cannot use a {type(image).__name__} as an image",
+        where="Gemma 4 image processor",
+        fix="pass a path, bytes, a PIL image or a uint8 array",
+    )
+
+
+def check_positions(n_cols: int, n_rows: int, table: int | None, what: str, where: str) -> None:
+    """Refuse a patch grid whose x or y position has no row in the model's position table."""
+    if table is not None and max(n_cols, n_rows) > table:
+        raise MediaError(
+            f"image is {n_cols}x{n_rows} patches after resizing, but the model's position "
+            f"table ({what}) has {table} entries per axis",
+            where=where,
+            fix=f"pass an image whose long side is at most {table} times its short side",
         )
-    return np.asarray(pil.convert("RGB"), dtype=np.uint8)
 
 
 def _resize(rgb: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -176,7 +234,14 @@ def process_images(
     """
     if not isinstance(images, Sequence) or isinstance(images, (str, bytes)):
         images = [images]
-    done = [patchify(load_rgb(im)) for im in images]
+    try:
+        done = [patchify(load_rgb(im)) for im in images]
+    except MemoryError as e:
+        raise MediaError(
+            "not enough memory to decode and resize the image(s)",
+            where=where,
+            fix=f"pass fewer or smaller images (each at most {MAX_IMAGE_PIXELS:,} pixels)",
+        ) from e
     if not done:
         raise MobiusError("no images to process", where=where, fix="pass at least one image")
     return (
@@ -190,9 +255,15 @@ class Gemma4ImageProcessor:
     """Turns images into ``pixel_values`` / ``pixel_position_ids`` for ``vision_encoder``."""
 
     def __init__(
-        self, *, patch_size: int = 16, pooling_kernel_size: int = 3, max_soft_tokens: int = 280
+        self,
+        *,
+        patch_size: int = 16,
+        pooling_kernel_size: int = 3,
+        max_soft_tokens: int = 280,
+        position_embedding_size: int | None = None,
     ) -> None:
         check_soft_tokens(max_soft_tokens, WHERE)
+        self.position_embedding_size = position_embedding_size
         self.patch_size = patch_size
         self.pooling_kernel_size = pooling_kernel_size
         self.max_soft_tokens = max_soft_tokens
@@ -203,6 +274,13 @@ class Gemma4ImageProcessor:
         p, k = self.patch_size, self.pooling_kernel_size
         rgb = resize_to_budget(
             rgb, patch_size=p, max_patches=self.max_patches, pooling_kernel_size=k
+        )
+        check_positions(
+            rgb.shape[1] // p,
+            rgb.shape[0] // p,
+            self.position_embedding_size,
+            "vision_config.position_embedding_size",
+            WHERE,
         )
         out_p, out_pos, n = patch_grid(rgb, p, self.max_patches)
         return out_p, out_pos, n // k**2
