@@ -461,8 +461,12 @@ def quantized(rows: TensorExpr, scheme: QuantScheme) -> QuantizedExprs:
     )
 
 
-def rows_of_matmul_weight(expr: TensorExpr) -> TensorExpr:
-    """The ``[N, K]`` rows of a planned MatMul B ``[K, N]``: ``x`` for ``x.transpose()``."""
-    if isinstance(expr, _Transpose) and expr.perm in (None, (1, 0)):
+def rows_of_matmul_weight(expr: TensorExpr, *, experts: bool = False) -> TensorExpr:
+    """The ``[N, K]`` rows of a planned MatMul B ``[K, N]``: ``x`` for ``x.transpose()``.
+
+    ``experts``: the same per expert for a stacked ``[E, K, N]`` table (``[E, N, K]``).
+    """
+    swap = (0, 2, 1) if experts else (1, 0)
+    if isinstance(expr, _Transpose) and (expr.perm == swap or (not experts and expr.perm is None)):
         return expr.src
-    return expr.transpose()
+    return expr.transpose(list(swap))
