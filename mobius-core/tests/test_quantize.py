@@ -331,3 +331,44 @@ def test_expert_table_gather_becomes_gather_block_quantized(tmp_path, symmetric:
         np.testing.assert_array_equal(one.packed, q.packed[expert])
         want = dequantize_rows(one, k, bits=4, block_size=32).T  # [K, N]
         np.testing.assert_allclose(got[j], want, rtol=1e-6, atol=1e-6)
+
+
+def test_overrides_answer_is_checked() -> None:
+    from mobius.errors import BuildError
+    from mobius.quantization import check_overrides
+
+    assert check_overrides(None, "p") == {}
+    assert check_overrides({"a*": "int8", "b": "float"}, "p") == {"a*": "int8", "b": "float"}
+    with pytest.raises(BuildError, match=r"'a\*' → 'int3'.*'b' → 4|not a mapping"):
+        check_overrides({"a*": "int3", "b": 4}, "p")
+    with pytest.raises(BuildError, match="not a mapping"):
+        check_overrides(["a"], "p")
+
+
+def test_overrides_and_excludes_pick_the_type(tiny_host, tmp_path) -> None:
+    """User excludes win over the family's overrides; an override may ask for int8."""
+    import onnx_ir as ir
+
+    from mobius.quantization import quantize_component
+    from mobius.records import QuantOptions
+    from mobius.weights import WeightPlan
+
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 64]))
+    inits, nodes, prev = [], [], x
+    for i in range(3):
+        w = ir.Value(name=f"w{i}", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([64, 64]))
+        y = ir.Value(name=f"y{i}", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 64]))
+        nodes.append(ir.Node("", "MatMul", inputs=[prev, w], outputs=[y]))
+        inits.append(w)
+        prev = y
+    graph = ir.Graph([x], [prev], nodes=nodes, initializers=inits, opset_imports={"": 21})
+    plan = WeightPlan()
+    for i in range(3):
+        plan.add(f"w{i}", ref(f"t{i}").transpose())
+    quant = QuantOptions(exclude=("w0",))
+    _, report = quantize_component(
+        ir.Model(graph, ir_version=10), plan, quant, overrides={"w0": "int8", "w1": "int8"}
+    )
+    assert report.kept_float == {"w0": "--quant-exclude w0"}
+    assert {k: v["bits"] for k, v in report.tensors.items()} == {"w1": 8, "w2": 4}
+    assert [n.op_type for n in graph] == ["MatMul", "MatMulNBits", "MatMulNBits"]

@@ -55,3 +55,32 @@ def test_everything_int4_beats_onnxruntime_matmul_and_gather(packages) -> None:
     acc = compare(pkg["f32"], pkg["all"], _ids(), transform)
     print(f"\n{name} all int4: {acc.line()}")
     assert 0 < acc.rmse_ours <= acc.rmse_ort, acc.line()
+
+
+def test_gemma4_keeps_embedders_float_and_int8_lm_head(tmp_path) -> None:
+    import json
+
+    from mobius_runtime import Pipeline
+
+    out = tmp_path / "mm-q4"
+    mobius.build(
+        str(TESTDATA / "tiny-gemma4-mm"), out, quant=QuantOptions(lm_head="int8"), target="cpu"
+    )
+    q = json.loads((out / "mobius.json").read_text())["quantization"]
+    comps = q["components"]
+    assert comps["vision_encoder"]["kept_float"]["vision_tower.patch_embedder.input_proj.weight"]
+    assert "embed_audio.embedding_projection.weight" in comps["audio_encoder"]["kept_float"]
+    assert comps["embedding"]["tensors"]["embed_tokens.weight"]["bits"] == 8
+    assert comps["embedding"]["tensors"]["embed_tokens_per_layer.weight"] == {
+        "ops": ["GatherBlockQuantized"],
+        "bits": 4,
+        "shape": [512, 96],
+    }
+    assert comps["decoder"]["tensors"]["lm_head.weight"]["bits"] == 8
+    assert sum(len(c["tensors"]) for c in comps.values()) > 80
+    result = Pipeline.load(out, device="cpu").generate(
+        prompt="Describe this. <|image|>",
+        images=[str(TESTDATA / "media" / "tiny.png")],
+        max_new_tokens=4,
+    )
+    assert len(result.ids) == 4
