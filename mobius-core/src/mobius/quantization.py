@@ -247,8 +247,9 @@ def _new_init(graph: ir.Graph, name: str, shape: Sequence[int], dtype: ir.DataTy
 
 
 def _constant(graph: ir.Graph, name: str, array: Any) -> ir.Value:
-    value = ir.Value(name=name, shape=ir.Shape(list(array.shape)), type=ir.TensorType(
-        ir.DataType.INT64))  # fmt: skip
+    """An int64 initializer carrying ``array`` (a shape for a Reshape)."""
+    int64 = ir.TensorType(ir.DataType.INT64)
+    value = ir.Value(name=name, shape=ir.Shape(list(array.shape)), type=int64)
     value.const_value = ir.tensor(array, name=name)
     graph.register_initializer(value)
     return value
