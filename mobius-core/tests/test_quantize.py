@@ -290,3 +290,85 @@ def test_prequantized_checkpoint_is_refused(tiny_host, tiny_checkpoint, tmp_path
     assert "already quantized" in result.stderr and "'gptq'" in result.stderr
     assert "not supported yet" in result.stderr
     assert not out.exists() and [p for p in tmp_path.iterdir() if "out" in p.name] == []
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_expert_table_gather_becomes_gather_block_quantized(tmp_path, symmetric: bool) -> None:
+    """A routed-experts table [E, K, N] (HF [E, N, K] transposed by the plan), read by
+    Gather on axis 0, reads back per expert as quantize_experts packs it."""
+    import onnx_ir as ir
+    from safetensors.numpy import save_file
+
+    from mobius.quantization import quantize_component
+    from mobius.records import QuantOptions
+    from mobius.weights import WeightPlan, bind
+
+    e, n, k = 5, 12, 64
+    hf = np.random.default_rng(4).normal(size=(e, n, k)).astype(np.float32)
+    save_file({"experts": hf}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text('{"model_type": "x"}')
+    checkpoint = open_local(tmp_path)
+    idx = ir.Value(name="idx", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(["u"]))
+    table = ir.Value(name="t", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([e, k, n]))
+    out = ir.Value(name="y", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(["u", k, n]))
+    node = ir.Node("", "Gather", inputs=[table, idx], outputs=[out], attributes=[
+        ir.AttrInt64("axis", 0)])  # fmt: skip
+    graph = ir.Graph([idx], [out], nodes=[node], initializers=[table], opset_imports={"": 21})
+    model = ir.Model(graph, ir_version=10)
+    plan = WeightPlan()
+    plan.add("t", ref("experts").transpose([0, 2, 1]))
+    plan, report = quantize_component(model, plan, QuantOptions(symmetric=symmetric))
+    assert report.tensors["t"] == {"ops": ["GatherBlockQuantized"], "bits": 4, "shape": [e, n, k]}
+    bind(model, plan, checkpoint, component="m")
+    path = tmp_path / "m.onnx"
+    ir.save(model, str(path))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    pick = np.array([3, 0, 4], np.int64)
+    got = session.run(None, {"idx": pick})[0]
+    q = quantize_experts(hf, symmetric=symmetric)
+    for j, expert in enumerate(pick):
+        one = quantize_rows(hf[expert], symmetric=symmetric)
+        np.testing.assert_array_equal(one.packed, q.packed[expert])
+        want = dequantize_rows(one, k, bits=4, block_size=32).T  # [K, N]
+        np.testing.assert_allclose(got[j], want, rtol=1e-6, atol=1e-6)
+
+
+def test_overrides_answer_is_checked() -> None:
+    from mobius.errors import BuildError
+    from mobius.quantization import check_overrides
+
+    assert check_overrides(None, "p") == {}
+    assert check_overrides({"a*": "int8", "b": "float"}, "p") == {"a*": "int8", "b": "float"}
+    with pytest.raises(BuildError, match=r"'a\*' → 'int3'.*'b' → 4|not a mapping"):
+        check_overrides({"a*": "int3", "b": 4}, "p")
+    with pytest.raises(BuildError, match="not a mapping"):
+        check_overrides(["a"], "p")
+
+
+def test_overrides_and_excludes_pick_the_type(tiny_host, tmp_path) -> None:
+    """User excludes win over the family's overrides; an override may ask for int8."""
+    import onnx_ir as ir
+
+    from mobius.quantization import quantize_component
+    from mobius.records import QuantOptions
+    from mobius.weights import WeightPlan
+
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 64]))
+    inits, nodes, prev = [], [], x
+    for i in range(3):
+        w = ir.Value(name=f"w{i}", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([64, 64]))
+        y = ir.Value(name=f"y{i}", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 64]))
+        nodes.append(ir.Node("", "MatMul", inputs=[prev, w], outputs=[y]))
+        inits.append(w)
+        prev = y
+    graph = ir.Graph([x], [prev], nodes=nodes, initializers=inits, opset_imports={"": 21})
+    plan = WeightPlan()
+    for i in range(3):
+        plan.add(f"w{i}", ref(f"t{i}").transpose())
+    quant = QuantOptions(exclude=("w0",))
+    _, report = quantize_component(
+        ir.Model(graph, ir_version=10), plan, quant, overrides={"w0": "int8", "w1": "int8"}
+    )
+    assert report.kept_float == {"w0": "--quant-exclude w0"}
+    assert {k: v["bits"] for k, v in report.tensors.items()} == {"w1": 8, "w2": 4}
+    assert [n.op_type for n in graph] == ["MatMul", "MatMulNBits", "MatMulNBits"]

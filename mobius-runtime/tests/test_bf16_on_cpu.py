@@ -46,3 +46,37 @@ def test_computes_bf16_tells_builds_apart(tmp_path_factory):
         paths = [Path(p) for p in package.components.values()]
         assert [computes_bf16(p) for p in paths] == [expect] * len(paths), dtype
     assert computes_bf16(Path("/nonexistent/model.onnx")) is False
+
+
+def test_int4_bf16_package_on_cpu_names_op_dtype_and_provider(tmp_path_factory):
+    """A quantized bf16 package (built for --target default) has no CPU kernels."""
+    from mobius_runtime import Pipeline
+
+    if not (TINY / "config.json").is_file():
+        pytest.skip("testdata/tiny-gemma4 is not present")
+    import mobius
+
+    package = tmp_path_factory.mktemp("tiny-int4-bf16") / "pkg"
+    mobius.build(str(TINY), str(package), dtype="bf16", quant="int4")
+    with pytest.raises(DeviceError) as info:
+        Pipeline.load(package, device="cpu")
+    text = str(info.value)
+    assert "CPUExecutionProvider" in text and "MatMulNBits with bfloat16 activations" in text
+    assert "GatherBlockQuantized with bfloat16 activations" in text
+    assert "--dtype f32" in text
+
+
+def test_int4_f32_and_f16_packages_load_on_cpu(tmp_path_factory):
+    from mobius_runtime import Pipeline
+
+    if not (TINY / "config.json").is_file():
+        pytest.skip("testdata/tiny-gemma4 is not present")
+    import mobius
+
+    for dtype in ("f32", "f16"):
+        package = tmp_path_factory.mktemp(f"tiny-int4-{dtype}") / "pkg"
+        mobius.build(str(TINY), str(package), dtype=dtype, quant="int4", target="cpu")
+        result = Pipeline.load(package, device="cpu").generate(
+            input_ids=[2, 10, 20, 30], max_new_tokens=4, stop_ids=()
+        )
+        assert len(result.ids) == 4

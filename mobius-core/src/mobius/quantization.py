@@ -168,14 +168,18 @@ def quantize_component(
         shape = tuple(value.shape) if value.shape is not None else ()
         kinds = {u.kind for u in uses}
         why = blocked.get(name)
-        if why is None and (dtype not in FLOATS or dtype == "float64" or len(shape) != 2):
-            why = "not a 2-D float32/16 initializer"
+        experts = len(shape) == 3 and kinds == {"gather"}
+        if why is None and (
+            dtype not in FLOATS or dtype == "float64" or not (len(shape) == 2 or experts)
+        ):
+            why = "not a 2-D float32/16 initializer (or a 3-D expert table)"
         if why is None and not all(isinstance(d, int) for d in shape):
             why = "no static shape"
         if why is None and "matmul" in kinds and kinds & {"matmul_t", "gather"}:
             why = "read in two orientations"
-        if why is None and "gather" in kinds and shape[1] % block_size:
-            why = f"row length {shape[1]} is not a multiple of the block size {block_size}"
+        k_axis = 1 if experts else -1
+        if why is None and "gather" in kinds and shape[k_axis] % block_size:
+            why = f"row length {shape[k_axis]} is not a multiple of the block size {block_size}"
         choice, reason = _choice(name, method, excludes, overrides, report)
         if why is None and choice == "float":
             why = reason
@@ -184,12 +188,24 @@ def quantize_component(
             continue
         bits = _BITS[choice]
         rows_expr = entries[name]
+        scheme = QuantScheme(bits=bits, block_size=block_size, symmetric=symmetric, search=search)
+        if experts:
+            e, k, n = shape
+            rows = rows_of_matmul_weight(rows_expr, experts=True).reshape([e * n, k])
+            _rewrite_experts(
+                graph, name, uses, shape=(e, k, n), bits=bits, block_size=block_size,
+                float_type=value.dtype, new_entries=new_entries, exprs=quantized(rows, scheme),
+            )  # fmt: skip
+            del entries[name]
+            graph.initializers.pop(name)
+            report.tensors[name] = {"ops": ["GatherBlockQuantized"], "bits": bits,
+                                    "shape": [e, n, k]}  # fmt: skip
+            continue
         if kinds == {"matmul"}:
             rows_expr = rows_of_matmul_weight(rows_expr)
             n, k = shape[1], shape[0]
         else:
             n, k = shape
-        scheme = QuantScheme(bits=bits, block_size=block_size, symmetric=symmetric, search=search)
         exprs = quantized(rows_expr, scheme)
         _rewrite(
             graph, name, uses, n=n, k=k, bits=bits, block_size=block_size,
@@ -231,8 +247,9 @@ def _new_init(graph: ir.Graph, name: str, shape: Sequence[int], dtype: ir.DataTy
 
 
 def _constant(graph: ir.Graph, name: str, array: Any) -> ir.Value:
-    value = ir.Value(name=name, shape=ir.Shape(list(array.shape)), type=ir.TensorType(
-        ir.DataType.INT64))  # fmt: skip
+    """An int64 initializer carrying ``array`` (a shape for a Reshape)."""
+    int64 = ir.TensorType(ir.DataType.INT64)
+    value = ir.Value(name=name, shape=ir.Shape(list(array.shape)), type=int64)
     value.const_value = ir.tensor(array, name=name)
     graph.register_initializer(value)
     return value
@@ -324,6 +341,62 @@ def _rewrite(
         out_value = old.outputs[0]
         last.shape, last.type = out_value.shape, out_value.type
         ir.convenience.replace_nodes_and_values(graph, old, [old], new_nodes, [out_value], [last])
+
+
+def _rewrite_experts(
+    graph: ir.Graph,
+    name: str,
+    uses: Sequence[_Use],
+    *,
+    shape: tuple[int, int, int],
+    bits: int,
+    block_size: int,
+    float_type: ir.DataType,
+    new_entries: dict[str, Any],
+    exprs: QuantizedExprs,
+) -> None:
+    """An expert table ``[E, K, N]`` read by ``Gather(table, experts, axis=0)`` (the
+    routed experts of :mod:`mobius.components.experts`) becomes GatherBlockQuantized of
+    the per-expert ``MatMulNBits`` packing ``[E, N, n_blocks, blob]`` (blocks along
+    ``K``), reshaped to ``[U, N, K]`` and transposed back to ``[U, K, N]``: a step reads
+    the hit experts' int4 / int8 bytes only and the MatMuls after it are unchanged."""
+    import numpy as np
+
+    e, k, n = shape
+    nb = n_blocks(k, block_size)
+    packed = _new_init(
+        graph, f"{name}.quant", (e, n, nb, block_size * bits // 8), ir.DataType.UINT8
+    )
+    new_entries[packed.name] = exprs.packed.reshape([e, n, nb, block_size * bits // 8])
+    scales = _new_init(graph, f"{name}.scales", (e, n, nb, 1), float_type)
+    new_entries[scales.name] = exprs.scales.reshape([e, n, nb, 1])
+    inputs: list[ir.Value | None] = [packed, None, scales]
+    if exprs.gather_zero_points is not None:
+        zp = _new_init(graph, f"{name}.gather_zero_points", (e, n, nb, 1), ir.DataType.UINT8)
+        new_entries[zp.name] = exprs.gather_zero_points.reshape([e, n, nb, 1])
+        inputs.append(zp)
+    row_shape = _constant(graph, f"{name}.expert_shape", np.array([0, n, k], np.int64))
+    for use in uses:
+        old = use.node
+        base = old.name or name
+        inputs[1] = old.inputs[1]
+        gbq = ir.node(
+            "GatherBlockQuantized",
+            list(inputs),
+            {"bits": bits, "block_size": block_size, "gather_axis": 0, "quantize_axis": 3},
+            domain=MS_DOMAIN,
+            name=f"{base}.gbq",
+        )
+        reshape = ir.node("Reshape", [gbq.outputs[0], row_shape], name=f"{base}.gbq_rows")
+        back = ir.node("Transpose", [reshape.outputs[0]], {"perm": [0, 2, 1]}, name=f"{base}.gbq_t")
+        for node in (gbq, reshape, back):
+            node.outputs[0].name = f"{node.name}.out"
+        out_value = old.outputs[0]
+        last = back.outputs[0]
+        last.shape, last.type = out_value.shape, out_value.type
+        ir.convenience.replace_nodes_and_values(
+            graph, old, [old], [gbq, reshape, back], [out_value], [last]
+        )
 
 
 def _insert_first(graph: ir.Graph, node: ir.Node) -> None:

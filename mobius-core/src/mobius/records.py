@@ -45,6 +45,9 @@ class QuantOptions:
 
     ``accuracy_level`` None means the default for the target (4 on ``cpu``, else 0);
     ``exclude`` holds globs over initializer names kept float (``docs/quantization.md``).
+    ``lm_head`` (``"int8"``, ``"int4"`` or ``"float"``; None: like the rest) asks for
+    another type for the output projection; core does not know its name, so the family
+    maps it onto its tensors in ``mobius_quant_overrides``.
     """
 
     method: str = "int4"
@@ -52,6 +55,7 @@ class QuantOptions:
     symmetric: bool = True
     accuracy_level: int | None = None
     exclude: tuple[str, ...] = ()
+    lm_head: str | None = None
 
     def __post_init__(self) -> None:
         if self.method not in QUANT_METHODS:
@@ -62,6 +66,8 @@ class QuantOptions:
         level = self.accuracy_level
         if level is not None and level not in range(5):
             raise ValueError(f"accuracy level must be 0..4, got {level!r}")
+        if self.lm_head not in (None, "int4", "int8", "float"):
+            raise ValueError(f"lm_head must be int4, int8 or float, got {self.lm_head!r}")
 
     @property
     def bits(self) -> int:

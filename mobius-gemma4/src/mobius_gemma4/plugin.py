@@ -85,6 +85,13 @@ def mobius_weight_plan(config, component: str, checkpoint, options: BuildOptions
 
 
 @hookimpl
+def mobius_quant_overrides(config, component: str, options: BuildOptions):
+    from mobius_gemma4.quant import quant_overrides
+
+    return quant_overrides(component, options.quant)
+
+
+@hookimpl
 def mobius_processors(config):
     from mobius_gemma4.processors import text_processors
 

@@ -51,6 +51,14 @@ def open_session(path: Path, device: str, threads: int | None) -> Any:
             str(path), sess_options=session_options(threads), providers=providers_for(device)
         )
     except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
+        problem = quant_kernel_problem(path, device) if _missing_kernel(exc) else None
+        if problem is not None:
+            raise DeviceError(
+                f"{path.parent.name}/{path.name}: {problem}",
+                where=str(path),
+                fix="rebuild with `mobius build --quant ... --dtype f32` (or f16) for CPU; "
+                "bf16 quantized packages need --device cuda",
+            ) from exc
         if device == "cpu" and _missing_kernel(exc) and computes_bf16(path):
             raise DeviceError(
                 f"{path.parent.name}/{path.name} computes in bfloat16 (a `--dtype bf16` build), "
@@ -66,6 +74,50 @@ def open_session(path: Path, device: str, threads: int | None) -> Any:
             fix="rebuild the package with `mobius build`; if it persists, report it with this "
             "message (the graph is not loadable by this onnxruntime)",
         ) from exc
+
+
+QUANT_KERNELS: dict[str, dict[str, frozenset[str]]] = {
+    op: {
+        "cpu": frozenset({"float32", "float16"}),
+        "cuda": frozenset({"float32", "float16", "bfloat16"}),
+    }
+    for op in ("MatMulNBits", "GatherBlockQuantized")
+}
+"""com.microsoft weight-only quantized ops: activation dtypes with a kernel per device.
+CPU measured on onnxruntime 1.31 (bfloat16: NOT_IMPLEMENTED at session creation);
+CUDA from onnxruntime's kernel registrations (docs/quantization.md)."""
+
+_EP_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+
+def quant_kernel_problem(path: Path, device: str) -> str | None:
+    """Why the quantized ops of the graph at ``path`` have no kernel on ``device``, or None.
+
+    The activation dtype of each op is its ``scales`` input's type (input 2). Reads the
+    graph only (external data stays on disk); never raises.
+    """
+    try:
+        import onnx
+
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception:
+        return None
+    types = {t.name: t.data_type for t in graph.initializer}
+    missing: dict[tuple[str, str], int] = {}
+    for node in graph.node:
+        table = QUANT_KERNELS.get(node.op_type) if node.domain == "com.microsoft" else None
+        if table is None or len(node.input) < 3 or node.input[2] not in types:
+            continue
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(types[node.input[2]]).name
+        dtype = "bfloat16" if types[node.input[2]] == onnx.TensorProto.BFLOAT16 else dtype
+        if dtype not in table.get(device, frozenset()):
+            key = (node.op_type, dtype)
+            missing[key] = missing.get(key, 0) + 1
+    if not missing:
+        return None
+    ep = _EP_NAMES.get(device, device)
+    listed = ", ".join(f"{op} with {dt} activations ({n} nodes)" for (op, dt), n in missing.items())
+    return f"onnxruntime's {ep} has no kernel for com.microsoft {listed}"
 
 
 def _missing_kernel(exc: Exception) -> bool:

@@ -16,6 +16,11 @@ Builds the bundled tiny checkpoints under testdata/ and runs five cases:
   (``image_processor.json`` / ``audio_processor.json`` of the package) and by
   mobius-runtime's processors (``Pipeline.generate(images=[path])`` / ``audio=``).
 
+- ``text+int4``: ``tiny-gemma4`` built with ``--quant int4 --target cpu`` (MatMulNBits
+  with accuracy level 4, GatherBlockQuantized embeddings, the tied lm_head read from
+  the same packed table): onnxruntime-genai loads the quantized package and generates
+  the ids mobius-runtime generates from it.
+
 For each case it checks, and exits non-zero unless all hold:
 
 1. the prompt ids onnxruntime-genai builds are the ones mobius-runtime builds, up to
@@ -55,10 +60,15 @@ class Case:
     kind: str  # "text" | "image" | "audio"
     prompt: str
     media: Path | None = None
+    quant: str | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.checkpoint}/{self.kind}"
+        return f"{self.checkpoint}/{self.kind}" + (f"+{self.quant}" if self.quant else "")
+
+    @property
+    def package_name(self) -> str:
+        return self.checkpoint + (f"-{self.quant}" if self.quant else "")
 
 
 CASES = (
@@ -67,6 +77,7 @@ CASES = (
     Case("tiny-gemma4-unified", "text", "Hello, tell me about the sea."),
     Case("tiny-gemma4-mm", "image", "Describe this picture.", TESTDATA / "media" / "tiny.png"),
     Case("tiny-gemma4-mm", "audio", "Transcribe this clip.", TESTDATA / "media" / "tiny.wav"),
+    Case("tiny-gemma4", "text", "Hello, tell me about the sea.", quant="int4"),
 )
 
 
@@ -246,18 +257,21 @@ def main() -> int:
             print(f"FAIL {case.name}: {source} does not exist", flush=True)
             failures += 1
             continue
-        if case.checkpoint not in loaded:
-            package = args.out / case.checkpoint
+        if case.package_name not in loaded:
+            package = args.out / case.package_name
             t = time.perf_counter()
-            mobius.build(str(source), str(package), force=True)
+            if case.quant:
+                mobius.build(str(source), str(package), force=True, quant=case.quant, target="cpu")
+            else:
+                mobius.build(str(source), str(package), force=True)
             built = time.perf_counter() - t
-            loaded[case.checkpoint] = (
+            loaded[case.package_name] = (
                 package,
                 Pipeline.load(package, device="cpu"),
                 og.Model(str(package)),
             )
-            print(f"built {case.checkpoint} in {built:.1f} s", flush=True)
-        ok, report = run_case(case, *loaded[case.checkpoint])
+            print(f"built {case.package_name} in {built:.1f} s", flush=True)
+        ok, report = run_case(case, *loaded[case.package_name])
         print(report, flush=True)
         failures += not ok
     print("genai check: " + ("all OK" if not failures else f"{failures} case(s) FAILED"))

@@ -35,6 +35,14 @@ class Quant(str, Enum):
     int8 = "int8"
 
 
+class LmHead(str, Enum):
+    """``--quant-lm-head`` values."""
+
+    int4 = "int4"
+    int8 = "int8"
+    float = "float"
+
+
 class RichProgress:
     """A :class:`mobius.progress.BuildProgress` drawing rich bars on stderr."""
 
@@ -188,7 +196,12 @@ def human_size(n: float) -> str:
 
 
 def quant_options_of(
-    method: str, block_size: int, level: int | None, asymmetric: bool, exclude: list[str]
+    method: str,
+    block_size: int,
+    level: int | None,
+    asymmetric: bool,
+    exclude: list[str],
+    lm_head: str | None = None,
 ) -> Any:
     """:class:`mobius.records.QuantOptions` from the CLI options (BuildError if invalid)."""
     from mobius.errors import BuildError
@@ -201,6 +214,7 @@ def quant_options_of(
             symmetric=not asymmetric,
             accuracy_level=level,
             exclude=tuple(exclude),
+            lm_head=lm_head,
         )
     except ValueError as exc:
         raise BuildError(
@@ -274,6 +288,14 @@ def register(app: typer.Typer) -> None:
                 "e.g. 'lm_head*' or '*.router.*'.",
             ),
         ] = None,
+        quant_lm_head: Annotated[
+            LmHead | None,
+            typer.Option(
+                "--quant-lm-head",
+                help="Type of the output projection (a tied one includes the embedding), "
+                "e.g. int8 on an int4 body for accuracy. Default: like the rest.",
+            ),
+        ] = None,
         debug: Annotated[bool, typer.Option("--debug", help=DEBUG_HELP)] = False,
     ) -> None:
         """Build SOURCE (a checkpoint) into a model package at OUT."""
@@ -283,14 +305,21 @@ def register(app: typer.Typer) -> None:
             quant_options = None
             if quant is not None:
                 quant_options = quant_options_of(
-                    quant.value, block_size, accuracy_level, asymmetric, quant_exclude or []
-                )
-            elif quant_exclude or asymmetric or accuracy_level is not None or block_size != 32:
+                    quant.value, block_size, accuracy_level, asymmetric, quant_exclude or [],
+                    None if quant_lm_head is None else quant_lm_head.value,
+                )  # fmt: skip
+            elif (
+                quant_exclude
+                or asymmetric
+                or accuracy_level is not None
+                or block_size != 32
+                or quant_lm_head is not None
+            ):
                 from mobius.errors import BuildError
 
                 raise BuildError(
-                    "--block-size, --accuracy-level, --asymmetric and --quant-exclude "
-                    "only apply to a quantized build",
+                    "--block-size, --accuracy-level, --asymmetric, --quant-exclude and "
+                    "--quant-lm-head only apply to a quantized build",
                     where="mobius build options",
                     fix="add --quant int4 (or int8), or drop those options",
                 )

@@ -112,7 +112,7 @@ def quantize_rows(
     levels = (1 << bits) - 1
     ratios = (1.0, *(r for r in clip_ratios if r != 1.0)) if search else (1.0,)
     if symmetric:
-        scales, q = _search_symmetric(x, bits, ratios, np.dtype(scale_dtype))
+        scales, q = _search_symmetric(x, bits, ratios, np.dtype(scale_dtype), refine=search)
         zp = None
     else:
         scales, q, zp_levels = _search_asymmetric(x, levels, ratios, np.dtype(scale_dtype))
@@ -129,73 +129,92 @@ def _round_scale(scale: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return scale.astype(dtype).astype(np.float32)
 
 
-def _levels(x: np.ndarray, scale: np.ndarray, zero: Any, top: int) -> np.ndarray:
-    """round(x / scale) + zero, clipped to [0, top], as float32 (zero scale: all zero)."""
-    safe = np.where(scale == 0, 1.0, scale)
-    q = np.rint(x / safe[..., None]) + zero
-    np.clip(q, 0, top, out=q)
+def _round_levels(x: np.ndarray, scale: np.ndarray, lo: float, hi: float, zero: Any = 0.0):
+    """``clip(rint(x / scale) + zero, lo, hi)`` in float32, in place on a fresh array
+    (a zero scale gives level ``zero``)."""
+    inv = np.divide(1.0, scale, out=np.zeros_like(scale), where=scale != 0)
+    q = np.multiply(x, inv[..., None])
+    np.rint(q, out=q)
+    if not isinstance(zero, float) or zero:
+        q += zero
+    np.clip(q, lo, hi, out=q)
     return q
 
 
+def _sq_error(sxx: np.ndarray, sxq: np.ndarray, sqq: np.ndarray, scale: np.ndarray):
+    """Σ(scale·q − x)² per block from its sums Σx², Σxq, Σq² (no residual array)."""
+    return sxx - 2.0 * scale * sxq + scale * scale * sqq
+
+
 def _search_symmetric(
-    x: np.ndarray, bits: int, ratios: Sequence[float], dtype: np.dtype
+    x: np.ndarray, bits: int, ratios: Sequence[float], dtype: np.dtype, refine: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Best (scale, levels) per block among clipped ranges, each with its LS scale."""
+    """Best (scale, centred levels + 2**(bits-1)) per block: for each multiple of the
+    round-to-nearest scale, the levels it rounds to and (``refine``) the least-squares
+    scale of those levels (``Σxq / Σq²``, never worse for them); the block keeps the pair
+    with the smallest squared error, computed from block sums."""
     mid = float(1 << (bits - 1))
-    top = (1 << bits) - 1
     idx = np.argmax(np.abs(x), axis=-1)
     peak = np.take_along_axis(x, idx[..., None], axis=-1)[..., 0]
-    base = peak / -mid  # onnxruntime's round-to-nearest scale
-    best_scale = best_q = best_err = None
+    base = peak / np.float32(-mid)  # onnxruntime's round-to-nearest scale
+    sxx = np.einsum("rbk,rbk->rb", x, x)
+    best_scale = best_ratio = best_err = None
     for ratio in ratios:
-        candidates = [_round_scale(base * np.float32(ratio), dtype)]
-        if ratio != 1.0 or len(ratios) > 1:
-            # the least-squares scale for these levels: sum(x*l) / sum(l*l)
-            levels = _levels(x, candidates[0], mid, top) - mid
-            num = np.einsum("rbk,rbk->rb", x, levels)
-            den = np.einsum("rbk,rbk->rb", levels, levels)
-            ls = np.divide(num, den, out=np.zeros_like(num), where=den > 0)
-            candidates.append(_round_scale(ls, dtype))
-        for scale in candidates:
-            q = _levels(x, scale, mid, top)
-            err = np.square((q - mid) * scale[..., None] - x).sum(axis=-1)
-            if best_err is None:
-                best_scale, best_q, best_err = scale, q, err
-                continue
-            better = err < best_err
-            best_scale = np.where(better, scale, best_scale)
-            best_q = np.where(better[..., None], q, best_q)
-            best_err = np.where(better, err, best_err)
-    assert best_scale is not None and best_q is not None
-    return best_scale.astype(dtype), best_q.astype(np.uint8)
+        cand = _round_scale(base * np.float32(ratio), dtype)
+        q = _round_levels(x, cand, -mid, mid - 1)
+        sxq = np.einsum("rbk,rbk->rb", x, q)
+        sqq = np.einsum("rbk,rbk->rb", q, q)
+        if refine:
+            ls = np.divide(sxq, sqq, out=np.zeros_like(sxq), where=sqq > 0)
+            ls = _round_scale(ls, dtype)
+            # keep the rounded candidate where the stored LS scale is not better
+            err_c, err_ls = _sq_error(sxx, sxq, sqq, cand), _sq_error(sxx, sxq, sqq, ls)
+            scale = np.where(err_ls < err_c, ls, cand)
+            err = np.minimum(err_ls, err_c)
+        else:
+            scale, err = cand, _sq_error(sxx, sxq, sqq, cand)
+        ratio_arr = np.full(scale.shape, ratio, np.float32)
+        if best_err is None:
+            best_scale, best_ratio, best_err = scale, ratio_arr, err
+            continue
+        better = err < best_err
+        best_scale = np.where(better, scale, best_scale)
+        best_ratio = np.where(better, ratio_arr, best_ratio)
+        best_err = np.where(better, err, best_err)
+    assert best_scale is not None and best_ratio is not None
+    # the levels of the winning candidate: rounded against its ratio's scale
+    q = _round_levels(x, _round_scale(base * best_ratio, dtype), -mid, mid - 1)
+    q += mid
+    return best_scale.astype(dtype), q.astype(np.uint8)
 
 
 def _search_asymmetric(
     x: np.ndarray, top: int, ratios: Sequence[float], dtype: np.dtype
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Best (scale, levels, zero point) per block among ranges shrunk by each ratio."""
+    """Best (scale, levels, zero point) per block among ranges shrunk or widened by each
+    ratio (1.0 is onnxruntime's ``[min(w, 0), max(w, 0)]`` onto ``0..top``)."""
     lo = np.minimum(x.min(axis=-1), 0.0)
     hi = np.maximum(x.max(axis=-1), 0.0)
-    best: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    sxx = np.einsum("rbk,rbk->rb", x, x)
+    best: tuple[np.ndarray, np.ndarray] | None = None
     best_err = None
     for ratio in ratios:
         scale = _round_scale((hi - lo) * np.float32(ratio) / top, dtype)
         safe = np.where(scale == 0, 1.0, scale)
-        zp = np.clip(np.rint(-lo * np.float32(ratio) / safe), 0, top)
-        q = _levels(x, scale, zp[..., None], top)
-        err = np.square((q - zp[..., None]) * scale[..., None] - x).sum(axis=-1)
+        zp = np.clip(np.rint(-lo * np.float32(ratio) / safe), 0, top).astype(np.float32)
+        q = _round_levels(x, scale, 0.0, float(top), zp[..., None])
+        q -= zp[..., None]
+        err = _sq_error(sxx, np.einsum("rbk,rbk->rb", x, q), np.einsum("rbk,rbk->rb", q, q), scale)
         if best is None or best_err is None:
-            best, best_err = (scale, q, zp), err
+            best, best_err = (scale, zp), err
             continue
         better = err < best_err
-        best = (
-            np.where(better, scale, best[0]),
-            np.where(better[..., None], q, best[1]),
-            np.where(better, zp, best[2]),
-        )
+        best = (np.where(better, scale, best[0]), np.where(better, zp, best[1]))
         best_err = np.where(better, err, best_err)
     assert best is not None
-    return best[0].astype(dtype), best[1].astype(np.uint8), best[2].astype(np.uint8)
+    scale, zp = best
+    q = _round_levels(x, scale, 0.0, float(top), zp[..., None])
+    return scale.astype(dtype), q.astype(np.uint8), zp.astype(np.uint8)
 
 
 def _pack(values: np.ndarray, bits: int) -> np.ndarray:
@@ -461,8 +480,12 @@ def quantized(rows: TensorExpr, scheme: QuantScheme) -> QuantizedExprs:
     )
 
 
-def rows_of_matmul_weight(expr: TensorExpr) -> TensorExpr:
-    """The ``[N, K]`` rows of a planned MatMul B ``[K, N]``: ``x`` for ``x.transpose()``."""
-    if isinstance(expr, _Transpose) and expr.perm in (None, (1, 0)):
+def rows_of_matmul_weight(expr: TensorExpr, *, experts: bool = False) -> TensorExpr:
+    """The ``[N, K]`` rows of a planned MatMul B ``[K, N]``: ``x`` for ``x.transpose()``.
+
+    ``experts``: the same per expert for a stacked ``[E, K, N]`` table (``[E, N, K]``).
+    """
+    swap = (0, 2, 1) if experts else (1, 0)
+    if isinstance(expr, _Transpose) and (expr.perm == swap or (not experts and expr.perm is None)):
         return expr.src
-    return expr.transpose()
+    return expr.transpose(list(swap))

@@ -1,0 +1,289 @@
+"""Quantization benchmarks: accuracy, package bytes, decode speed, full-size build and run.
+
+    python benchmarks/quant.py --which accuracy           # (a) ~100 M checkpoint: RMSE, top-1
+    python benchmarks/quant.py --which decode             # (b) ~400 M: int4 vs f32 tok/s, bytes
+    python benchmarks/quant.py --which e2b --dir DIR      # (c) synthetic full-size E2B build
+    python benchmarks/quant.py --which e2b-run --dir DIR  # (d) run the E2B int4 package (c) kept
+
+Figures are printed, never asserted (the machine is shared and noisy); each speed figure
+is the median of --runs runs with the load average printed beside it.
+
+(a) A seeded random Gemma 4 text checkpoint of ~100 M parameters (made with transformers
+into /tmp, like benchmarks/decode.py) is built as f32 and as int4 (default target,
+accuracy level 0); the int4 package's logits over a 128-token prompt are compared with the
+f32 package's (RMSE over all positions, top-1 agreement), next to the f32 package
+quantized by onnxruntime's MatMulNBitsQuantizer (RTN default config, block 32, symmetric)
+on the same tensors: "matmul" = MatMul weights only (both sides), "all" = ours on every
+MatMul / Gemm / Gather vs onnxruntime's on MatMul + Gather (it cannot do the tied Gemm).
+Targets (issue 12): ours ≤ onnxruntime's; goal ≤ 0.85×.
+
+(b) benchmarks/decode.py's ~400 M checkpoint built for --target cpu as f32 and as int4
+(accuracy level 4): decode tokens/s of each (Pipeline.generate, 2 threads, 64 new tokens)
+and package bytes. Targets: int4 ≥ 3× f32 tok/s, bytes ≤ 0.3× f32.
+
+(c) benchmarks/build.py's synthetic full-size E2B bf16 checkpoint in DIR (reused if a
+previous --keep left it), a cold-ish ``cp -r`` + sync of it, then ``mobius build --quant
+int4 --dtype f32 --target cpu`` in a child process: wall time vs the copy, peak RSS
+(``ru_maxrss``, file pages included), package size. Targets: RSS ≤ 2 GiB, wall ≤ 3× cp,
+package ≤ 3.5 GB. Needs ~25 GB free; --keep keeps checkpoint and package for (d).
+
+(d) The int4 package of (c): load through ``Pipeline`` on CPU, one prefill of 16 tokens +
+8 decode steps: tokens/s and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+BENCH = Path("/tmp/mobius-bench")
+GiB = 1024**3
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} / {five:.1f}"
+
+
+def package_bytes(package: Path) -> int:
+    return sum(p.stat().st_size for p in package.rglob("*") if p.is_file())
+
+
+def make_small_checkpoint(out: Path, seed: int = 0) -> Path:
+    """A seeded random Gemma 4 text checkpoint of about 100 M parameters."""
+    if (out / "model.safetensors").is_file():
+        return out
+    import torch
+    from decode import TINY
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    raw = json.loads((TINY / "config.json").read_text())
+    raw.update(
+        hidden_size=640,
+        intermediate_size=2560,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=128,
+        global_head_dim=256,
+        vocab_size=32768,
+        hidden_size_per_layer_input=64,
+        vocab_size_per_layer_input=32768,
+        num_kv_shared_layers=2,
+    )
+    raw.pop("layer_types", None)
+    raw.pop("per_layer_config", None)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(raw))
+    config = AutoConfig.from_pretrained(out)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (TINY / name).is_file():
+            (out / name).write_bytes((TINY / name).read_bytes())
+    n = sum(p.numel() for p in model.parameters())
+    print(f"small checkpoint: {n / 1e6:.0f} M parameters at {out}")
+    return out
+
+
+def build(source: Path, out: Path, **kw) -> tuple[Path, float]:
+    import mobius
+
+    t = time.perf_counter()
+    mobius.build(str(source), str(out), force=True, **kw)
+    return out, time.perf_counter() - t
+
+
+def accuracy() -> None:
+    from mobius.records import QuantOptions
+    from mobius_testing.quant_accuracy import compare, ort_quantizer
+
+    src = make_small_checkpoint(BENCH / "quant-small-gemma4")
+    tables = ("embed_tokens.weight", "embed_tokens_per_layer.weight")
+    f32, _ = build(src, BENCH / "quant-small-f32")
+    mm, t_mm = build(src, BENCH / "quant-small-int4-matmul", quant=QuantOptions(exclude=tables))
+    full, t_full = build(src, BENCH / "quant-small-int4", quant="int4")
+    ids = [int(i) for i in np.random.default_rng(0).integers(3, 32000, size=128)]
+    print(f"(a) ~100 M Gemma 4 text, 128-token prompt ({load()})")
+    print(f"    int4 builds: {t_mm:.1f} s (MatMul weights), {t_full:.1f} s (all)")
+    a = compare(f32, mm, ids, ort_quantizer(op_types=("MatMul",)))
+    print(f"    matmul: {a.line()}")
+    b = compare(f32, full, ids, ort_quantizer(op_types=("MatMul", "Gather")))
+    print(f"    all:    {b.line()}")
+    print(
+        f"    bytes: f32 {package_bytes(f32) / 2**20:.0f} MiB, int4 {package_bytes(full) / 2**20:.0f}"
+        f" MiB ({package_bytes(full) / package_bytes(f32):.3f} x)"
+    )
+
+
+def decode_speed(runs: int, threads: int, new: int) -> None:
+    from decode import MID, make_mid_checkpoint
+
+    from mobius_runtime import Pipeline
+
+    src = make_mid_checkpoint(MID)
+    f32, _ = build(src, BENCH / "quant-mid-f32-cpu", target="cpu")
+    q4, t_q4 = build(src, BENCH / "quant-mid-int4-cpu", target="cpu", quant="int4")
+    ids = [int(i) for i in np.random.default_rng(1).integers(3, 32000, size=32)]
+    rates = {}
+    for name, package in (("f32", f32), ("int4", q4)):
+        p = Pipeline.load(package, device="cpu", threads=threads)
+        p.generate(input_ids=ids, max_new_tokens=4, stop_ids=())
+        results = [p.generate(input_ids=ids, max_new_tokens=new, stop_ids=()) for _ in range(runs)]
+        rates[name] = statistics.median(r.decode_tokens_per_s for r in results)
+        del p
+    fb, qb = package_bytes(f32), package_bytes(q4)
+    print(f"(b) ~400 M Gemma 4 text, --target cpu, {threads} threads, {new} new tokens ({load()})")
+    print(f"    int4 build {t_q4:.1f} s")
+    print(
+        f"    decode tok/s: f32 {rates['f32']:.1f}, int4 {rates['int4']:.1f} "
+        f"({rates['int4'] / rates['f32']:.2f} x; target >= 3 x)"
+    )
+    print(
+        f"    bytes: f32 {fb / GiB:.3f} GiB, int4 {qb / GiB:.3f} GiB ({qb / fb:.3f} x; target <= 0.3)"
+    )
+
+
+BUILD_CHILD = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+import mobius
+src, out = sys.argv[1:3]
+try:
+    r = mobius.build(src, out, dtype="f32", target="cpu", quant="int4", force=True)
+    info = {"components": dict(r.components), "n_tensors": r.n_tensors}
+except Exception as exc:
+    info = {"error": f"{type(exc).__name__}: {str(exc)[:400]}"}
+import os
+os.sync()
+info.update(wall_s=time.perf_counter() - t0,
+            peak_rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(json.dumps(info))
+"""
+
+RUN_CHILD = r"""
+import json, resource, sys, time
+import numpy as np
+from mobius_runtime import Pipeline
+t0 = time.perf_counter()
+p = Pipeline.load(sys.argv[1], device="cpu", threads=int(sys.argv[2]))
+t_load = time.perf_counter() - t0
+ids = [int(i) for i in np.random.default_rng(2).integers(3, 200000, size=16)]
+r = p.generate(input_ids=ids, max_new_tokens=9, stop_ids=())
+print(json.dumps({"load_s": t_load, "prefill_ms": r.prefill_ms,
+                  "decode_tok_s": r.decode_tokens_per_s, "ids": r.ids,
+                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+"""
+
+
+def _child(code: str, *args: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=False
+    )
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit {done.returncode}: {tail}"}
+    return json.loads(lines[-1])
+
+
+def e2b_build(root: Path, keep: bool) -> None:
+    from build import CONFIGS, _kept_checkpoint, write_synthetic_checkpoint
+
+    root.mkdir(parents=True, exist_ok=True)
+    ckpt, copy, out = root / "e2b-synthetic", root / "e2b-copy", root / "e2b-int4-package"
+    marker = root / "e2b-synthetic.complete.json"
+    kept = _kept_checkpoint(ckpt, marker)
+    free = shutil.disk_usage(root).free + (kept or 0)
+    if free < 25 * GiB:
+        print(f"(c) skipped: {free / GiB:.1f} GiB free in {root}, need ~25 GiB")
+        return
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        if kept:
+            nbytes = kept
+        else:
+            nbytes = write_synthetic_checkpoint(ckpt, CONFIGS / "gemma-4-E2B-it.json")
+            os.sync()
+            sizes = {p.name: p.stat().st_size for p in ckpt.glob("*.safetensors")}
+            marker.write_text(json.dumps({"total_size": nbytes, "files": sizes}))
+        print(f"(c) synthetic E2B: {nbytes / GiB:.2f} GiB of bf16 tensors in {ckpt} ({load()})")
+        t = time.perf_counter()
+        subprocess.run(["cp", "-r", str(ckpt), str(copy)], check=True)
+        os.sync()
+        t_copy = time.perf_counter() - t
+        shutil.rmtree(copy, ignore_errors=True)
+        print(f"    cp -r + sync: {t_copy:.1f} s")
+        res = _child(BUILD_CHILD, str(ckpt), str(out))
+        if "error" in res:
+            print(f"    build ERROR: {res['error']}")
+            return
+        size = package_bytes(out)
+        parts = ", ".join(f"{n} {s / GiB:.2f} GiB" for n, s in res["components"].items())
+        print(f"    mobius build --quant int4 --dtype f32 --target cpu: {parts}")
+        print(
+            f"    wall {res['wall_s']:.1f} s = {res['wall_s'] / t_copy:.2f} x cp -r (target <= 3); "
+            f"peak RSS {res['peak_rss'] / GiB:.2f} GiB (target <= 2); package "
+            f"{size / 1e9:.2f} GB (target <= 3.5) ({load()})"
+        )
+    finally:
+        if not keep:
+            for p in (ckpt, copy, out):
+                shutil.rmtree(p, ignore_errors=True)
+            marker.unlink(missing_ok=True)
+
+
+def e2b_run(root: Path, threads: int) -> None:
+    out = root / "e2b-int4-package"
+    if not (out / "mobius.json").is_file():
+        print(f"(d) skipped: no package at {out} (run --which e2b --keep first)")
+        return
+    res = _child(RUN_CHILD, str(out), str(threads))
+    if "error" in res:
+        print(f"(d) ERROR: {res['error']}")
+        return
+    print(
+        f"(d) E2B int4 (synthetic weights) on CPU, {threads} threads: load {res['load_s']:.1f} s, "
+        f"prefill 16 tokens {res['prefill_ms']:.0f} ms, 8 decode steps "
+        f"{res['decode_tok_s']:.2f} tok/s, peak RSS {res['peak_rss'] / GiB:.2f} GiB ({load()})"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--which", nargs="+", default=["accuracy", "decode"],
+        choices=["accuracy", "decode", "e2b", "e2b-run"],
+    )  # fmt: skip
+    ap.add_argument("--dir", type=Path, default=BENCH / "quant-e2b", help="folder for (c), (d)")
+    ap.add_argument("--keep", action="store_true", help="keep (c)'s checkpoint and package")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--new", type=int, default=64)
+    args = ap.parse_args(argv)
+    if "accuracy" in args.which:
+        accuracy()
+    if "decode" in args.which:
+        decode_speed(args.runs, args.threads, args.new)
+    if "e2b" in args.which:
+        e2b_build(args.dir, args.keep)
+    if "e2b-run" in args.which:
+        e2b_run(args.dir, args.threads)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
