@@ -101,7 +101,8 @@ def image_preprocessor(config: Gemma4Config):
 def audio_preprocessor(config: Gemma4Config):
     """``clips → {input_features, input_features_mask, num_soft_tokens}`` for this checkpoint.
 
-    ``gemma4``: 16 kHz log-mel features; ``gemma4_unified``: raw 640-sample frames (§7).
+    ``gemma4``: 16 kHz log-mel features; ``gemma4_unified``: raw 640-sample frames
+    (docs/gemma4.md §7).
     """
     from mobius_gemma4.audio import load_audio
 
