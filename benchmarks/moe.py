@@ -17,8 +17,12 @@ the routed/dense ratios (median of --runs runs), the weight bytes a decode token
 (from the graph) and the machine's load average (figures are only comparable between runs
 on an equally loaded machine).
 
+With ``--quant int4`` (or int8) a third package, routed with quantized weights, is
+measured too; its greedy ids are compared with the float ones (agreement printed, not
+required: quantization changes the numbers).
+
 Usage: python benchmarks/moe.py [--target cpu] [--threads 2] [--prompt-len 128] [--new 32]
-                                [--runs 3] [--no-build]
+                                [--runs 3] [--quant int4] [--no-build]
 Issue targets (not asserted): decode routed >> dense; prefill routed <= dense.
 """
 
@@ -85,14 +89,14 @@ def make_moe_checkpoint(out: Path, seed: int = 0) -> Path:
     return out
 
 
-def build(source: Path, out: Path, target: str, dense: bool) -> Path:
+def build(source: Path, out: Path, target: str, dense: bool, quant: str | None = None) -> Path:
     import contextlib
 
     import mobius
     from mobius.components.experts import dense_formulation
 
     with dense_formulation() if dense else contextlib.nullcontext():
-        mobius.build(str(source), str(out), target=target, force=True)
+        mobius.build(str(source), str(out), target=target, quant=quant, force=True)
     return out
 
 
@@ -135,15 +139,20 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument(
+        "--quant", choices=["int4", "int8"], help="also measure a quantized routed build"
+    )
     ap.add_argument("--no-build", action="store_true", help="reuse /tmp/mobius-bench packages")
     args = ap.parse_args()
     source = make_moe_checkpoint(CHECKPOINT)
     ids = [2, *np.random.default_rng(0).integers(10, 30000, args.prompt_len - 1).tolist()]
     rows = {}
-    for kind in ("routed", "dense"):
+    kinds = ["routed", "dense"] + ([f"routed-{args.quant}"] if args.quant else [])
+    for kind in kinds:
         package = WORK / f"moe-{kind}-{args.target}-pkg"
         if not (args.no_build and (package / "mobius.json").is_file()):
-            build(source, package, args.target, dense=kind == "dense")
+            quant = args.quant if kind.endswith(("int4", "int8")) else None
+            build(source, package, args.target, dense=kind == "dense", quant=quant)
         rows[kind] = (*bench(package, ids, args.new, args.threads, args.runs), read_bytes(package))
     (r_ids, r_pre, r_tps, (r_bytes, _)), (d_ids, d_pre, d_tps, (d_bytes, _)) = (
         rows["routed"],
@@ -166,6 +175,15 @@ def main() -> None:
         f"  routed / dense: prefill time {r_pre / d_pre:.2f}x, decode speed {r_tps / d_tps:.2f}x, "
         f"bytes {r_bytes / d_bytes:.2f}x\n  identical greedy ids: yes"
     )
+    if args.quant:
+        q_ids, q_pre, q_tps, (q_bytes, q_all) = rows[f"routed-{args.quant}"]
+        same = sum(a == b for a, b in zip(q_ids, r_ids))
+        print(
+            f"  routed {args.quant}: prefill {q_pre:8.1f} ms, decode {q_tps:7.1f} tok/s, "
+            f"weights read per decode token {q_bytes / 2**20:7.1f} MiB (every expert: "
+            f"{q_all / 2**20:.1f} MiB); decode speed {q_tps / r_tps:.2f}x routed f32; "
+            f"greedy ids equal to f32 at {same}/{len(r_ids)} positions"
+        )
 
 
 if __name__ == "__main__":
