@@ -312,3 +312,22 @@ def test_int4_decode_reads_only_picked_expert_blocks(reference_cache, parity_ids
     )
     assert delta <= F32_ATOL
     assert strict == 1.0
+
+
+@pytest.mark.parametrize(("dtype", "target"), [("f32", "cpu"), ("f16", "cpu"), ("f16", "cuda")])
+def test_moe_keeps_group_query_attention(dtype, target):
+    """``--target cpu|cuda`` MoE graphs (built graph-only, no device needed) run
+    GroupQueryAttention on every layer, and their experts stay routed."""
+    from mobius.records import BuildOptions
+    from mobius_gemma4.build import build_component
+    from mobius_gemma4.config import read_config
+
+    text = SPECS["moe64-text"].text_config()
+    model = build_component(
+        read_config("gemma4_text", text), "model", BuildOptions(dtype=dtype, target=target)
+    )
+    layers = text["num_hidden_layers"]
+    ops = [n.op_type for n in model.graph]
+    assert ops.count("GroupQueryAttention") == layers
+    assert "Attention" not in ops
+    assert len(expert_tables(model.graph)) == 2 * layers
