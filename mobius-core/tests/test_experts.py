@@ -29,7 +29,7 @@ from mobius.components.experts import decode_weight_bytes, dense_formulation, ex
 
 ort = pytest.importorskip("onnxruntime")
 
-H, INTER = 16, 12
+H, INTER = 32, 16
 
 
 class _Block(nn.Module):
@@ -208,3 +208,83 @@ def test_half_precision_experts() -> None:
 def test_unknown_activation_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown activation 'relu'"):
         RoutedExperts(4, H, INTER, "relu")
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_int4_experts_read_only_picked_blocks(tmp_path, symmetric) -> None:
+    """``--quant int4`` (core quantization) on a RoutedExperts graph: each expert table is
+    read by a GatherBlockQuantized of the hit experts; the output equals the per-expert loop
+    on the dequantized weights, and NaN scales of unpicked experts never reach it."""
+    from safetensors.numpy import save_file
+
+    from mobius.checkpoint import open_local
+    from mobius.quantization import quantize_component
+    from mobius.records import QuantOptions
+    from mobius.weights import WeightPlan, ref
+    from mobius.weights.quantize import dequantize_rows, quantize_experts
+
+    E, k, tokens, block = 8, 2, 3, 16
+    rng = np.random.default_rng(5)
+    model, _ = _model(E, k)
+    hf = {  # HF layouts: gate_up [E, 2I, H], down [E, H, I], router [E, H]
+        "router": rng.standard_normal((E, H)).astype(np.float32),
+        "gate_up": (rng.standard_normal((E, 2 * INTER, H)) * 0.3).astype(np.float32),
+        "down": (rng.standard_normal((E, H, INTER)) * 0.3).astype(np.float32),
+    }
+    save_file(hf, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text('{"model_type": "x"}')
+    plan = WeightPlan()
+    plan.add("router.weight", ref("router").transpose())
+    plan.add("experts.gate_up_proj", ref("gate_up").transpose([0, 2, 1]))
+    plan.add("experts.down_proj", ref("down").transpose([0, 2, 1]))
+    quant = QuantOptions("int4", block_size=block, symmetric=symmetric, exclude=("router.*",))
+    plan, report = quantize_component(model, plan, quant)
+    assert sorted(report.tensors) == ["experts.down_proj", "experts.gate_up_proj"]
+    assert report.tensors["experts.gate_up_proj"]["ops"] == ["GatherBlockQuantized"]
+    ckpt = open_local(tmp_path)
+    arrays = {name: expr.evaluate(ckpt) for name, expr in plan.entries.items()}
+    for name, array in arrays.items():
+        model.graph.initializers[name].const_value = ir.tensor(array)
+    tables = sorted(v.name for v in expert_tables(model.graph))
+    assert [t for t in tables if t.endswith(".quant")] == [
+        "experts.down_proj.quant",
+        "experts.gate_up_proj.quant",
+    ]
+    routed, dense = decode_weight_bytes(model.graph, E, k)
+    assert routed < dense / 2
+
+    # reference: HF's loop on the dequantized weights (each expert quantized as MatMulNBits)
+    deq = {}
+    for key in ("gate_up", "down"):
+        q = quantize_experts(hf[key], bits=4, block_size=block, symmetric=symmetric)
+        kk = hf[key].shape[2]
+        deq[key] = np.stack(
+            [
+                dequantize_rows(
+                    type(q)(
+                        q.packed[e],
+                        q.scales[e],
+                        None if q.zero_points is None else q.zero_points[e],
+                    ),
+                    kk,
+                    bits=4,
+                    block_size=block,
+                ).T
+                for e in range(E)
+            ]
+        )  # [E, in, out], the graph layout
+    a = {"router": hf["router"].T, "gate_up": deq["gate_up"], "down": deq["down"]}
+    x = rng.standard_normal((tokens, H)).astype(np.float32)
+    y, _, idx = _session(model).run(None, {"x": x})
+    ref_y, _, ref_idx = _reference(x, a, E, k, "silu", True, True)
+    np.testing.assert_array_equal(idx, ref_idx)
+    np.testing.assert_allclose(y, ref_y, rtol=1e-4, atol=1e-5)
+
+    unpicked = sorted(set(range(E)) - set(idx.ravel().tolist()))
+    assert unpicked
+    scales = arrays["experts.gate_up_proj.scales"].copy()
+    assert scales.shape[0] == E  # [E, N, n_blocks, 1]: expert first
+    scales[unpicked] = np.nan
+    model.graph.initializers["experts.gate_up_proj.scales"].const_value = ir.tensor(scales)
+    y2, _, _ = _session(model).run(None, {"x": x})
+    np.testing.assert_array_equal(y2, y)

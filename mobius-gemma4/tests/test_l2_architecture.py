@@ -20,6 +20,7 @@ import onnx_ir as ir
 import pytest
 from reference.paths import CONFIGS
 
+from mobius.components.experts import decode_weight_bytes, expert_tables
 from mobius.records import BuildOptions
 from mobius_gemma4.build import build_component
 from mobius_gemma4.config import read_config
@@ -97,3 +98,25 @@ def test_text_only_single_graph_shares_the_table():
     tied_table = config.text.vocab_size * config.text.hidden_size
     assert _params(model) == e["embedding_params"] + e["decoder_params"] - tied_table
     assert _kv_geometry(model) == e["cache_geometry"]
+
+
+def test_moe_decode_reads_top_k_experts():
+    """26B-A4B (bf16, graph-only): each layer's gate_up / down tables are read only through
+    Gathers of the hit experts, so a decode token reads top_k of num_experts slabs. Prints
+    the weight bytes per decode token, routed vs dense (run with ``-s``)."""
+    config = _read("gemma-4-26B-A4B-it.json")
+    text = config.text
+    E, k, L = text.num_experts, text.top_k_experts, text.num_hidden_layers
+    decoder = build_component(config, "decoder", BuildOptions(dtype="bf16"))
+    tables = expert_tables(decoder.graph)
+    assert len(tables) == 2 * L
+    expert_bytes = L * E * 3 * text.hidden_size * text.moe_intermediate_size * 2
+    assert sum(math.prod(int(d) for d in v.shape) * 2 for v in tables) == expert_bytes
+    routed, dense = decode_weight_bytes(decoder.graph, E, k)
+    assert dense - routed == expert_bytes - expert_bytes * k // E
+    print(
+        f"\n[L2] gemma-4-26B-A4B decoder bf16: weight bytes per decode token routed "
+        f"{routed / 2**30:.2f} GiB, dense {dense / 2**30:.2f} GiB ({dense / routed:.1f}x); "
+        f"experts {expert_bytes * k // E / 2**30:.2f} of {expert_bytes / 2**30:.2f} GiB "
+        f"({k} of {E} per layer)"
+    )

@@ -240,3 +240,94 @@ def test_decode_reads_top_k_experts_not_all(reference_cache, parity_ids, tmp_pat
         f"[L3-moe] 64 vs 8 experts: routed {r64 / r8:.2f}x, dense {d64 / d8:.2f}x "
         f"(issue bar for routed: >= 0.7x)"
     )
+
+
+def _dequantized_experts_model(reference_cache, name: str, block: int):
+    """The HF f32 model of ``name`` with every expert tensor replaced by what its int4
+    blocks read back as (each expert quantized as a MatMulNBits weight, as the build does)."""
+    import torch
+
+    from mobius.weights.quantize import QuantizedRows, dequantize_rows, quantize_experts
+
+    model = _hf_model(reference_cache, name)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if not pname.endswith(("experts.gate_up_proj", "experts.down_proj")):
+                continue
+            w = p.detach().numpy()
+            q = quantize_experts(w, bits=4, block_size=block)
+            back = [
+                dequantize_rows(
+                    QuantizedRows(q.packed[e], q.scales[e], None),
+                    w.shape[2],
+                    bits=4,
+                    block_size=block,
+                )
+                for e in range(w.shape[0])
+            ]
+            p.copy_(torch.from_numpy(np.stack(back)))
+    return model
+
+
+def test_int4_decode_reads_only_picked_expert_blocks(reference_cache, parity_ids, tmp_path):
+    """``--quant int4`` (experts only, the rest kept float): every expert table is read by a
+    GatherBlockQuantized of the hit experts' rows, so a decode token reads top_k experts'
+    int4 blocks; the package equals HF run on the dequantized expert weights (f32 bar)."""
+    from reference.hf_runner import hf_logits
+
+    import mobius
+    from mobius.records import QuantOptions
+
+    name = "moe64-text"
+    text = SPECS[name].text_config()
+    E, k, L = text["num_experts"], text["top_k_experts"], text["num_hidden_layers"]
+    keep_float = ("embed_tokens*", "*self_attn*", "*.mlp.*", "*router*")
+    quant = QuantOptions("int4", block_size=32, exclude=keep_float)
+    package = mobius.build(
+        str(reference_cache.checkpoint(name).saved), str(tmp_path / "int4"), quant=quant
+    ).out
+    manifest = json.loads((package / "mobius.json").read_text())
+    tensors = manifest["quantization"]["components"]["model"]["tensors"]
+    assert set(tensors) == {
+        f"layers.{i}.experts.{t}" for i in range(L) for t in ("gate_up_proj", "down_proj")
+    }
+    assert {tuple(t["ops"]) for t in tensors.values()} == {("GatherBlockQuantized",)}
+    graph = _text_graph(package)
+    assert {v.name for v in expert_tables(graph)} == {
+        f"{t}.{part}" for t in tensors for part in ("quant", "scales")
+    }
+    routed, dense = decode_weight_bytes(graph, E, k)
+    f32_routed, _ = decode_weight_bytes(_text_graph(reference_cache.build(name).out), E, k)
+    assert routed < f32_routed
+
+    ref = hf_logits(_dequantized_experts_model(reference_cache, name, 32), parity_ids)
+    got = step_logits(load_pipeline(package), parity_ids, PREFILL)[0]
+    delta = float(np.abs(got - ref).max())
+    strict, _ = top1(ref, got, 0.0)
+    print(
+        f"\n[L3-moe] {name} int4 experts: weight bytes/decode token routed "
+        f"{routed / 2**20:.2f} MiB (f32 package {f32_routed / 2**20:.2f}), every expert would "
+        f"be {dense / 2**20:.2f} MiB; vs HF on the dequantized experts: max|Δ| {delta:.3e}, "
+        f"top-1 {strict:.1%}"
+    )
+    assert delta <= F32_ATOL
+    assert strict == 1.0
+
+
+@pytest.mark.parametrize(("dtype", "target"), [("f32", "cpu"), ("f16", "cpu"), ("f16", "cuda")])
+def test_moe_keeps_group_query_attention(dtype, target):
+    """``--target cpu|cuda`` MoE graphs (built graph-only, no device needed) run
+    GroupQueryAttention on every layer, and their experts stay routed."""
+    from mobius.records import BuildOptions
+    from mobius_gemma4.build import build_component
+    from mobius_gemma4.config import read_config
+
+    text = SPECS["moe64-text"].text_config()
+    model = build_component(
+        read_config("gemma4_text", text), "model", BuildOptions(dtype=dtype, target=target)
+    )
+    layers = text["num_hidden_layers"]
+    ops = [n.op_type for n in model.graph]
+    assert ops.count("GroupQueryAttention") == layers
+    assert "Attention" not in ops
+    assert len(expert_tables(model.graph)) == 2 * layers

@@ -199,27 +199,45 @@ class RoutedExperts(nn.Module):
 
 
 def expert_tables(graph: ir.Graph) -> list[ir.Value]:
-    """Initializers of ``graph`` that only hit-expert ``Gather``\\ s read (what
-    :class:`RoutedExperts` emits: ``Gather(table, Reshape(NonZero(...)), axis=0)``)."""
+    """Initializers of ``graph`` read only at the hit experts (:func:`gathers_hit_experts`):
+    the expert tables :class:`RoutedExperts` emits, float or quantized."""
     tables = []
     for value in graph.initializers.values():
         uses = [use.node for use in value.uses()]
-        if uses and all(_gathers_hit_experts(node, value) for node in uses):
+        if uses and all(gathers_hit_experts(node, value) for node in uses):
             tables.append(value)
     return tables
 
 
-def _gathers_hit_experts(node: ir.Node, table: ir.Value) -> bool:
-    if node.op_type != "Gather" or node.inputs[0] is not table:
+def gathers_hit_experts(node: ir.Node, table: ir.Value) -> bool:
+    """Whether ``node`` reads ``table`` only at the hit experts: a ``Gather`` (axis 0) of the
+    table, or the com.microsoft ``GatherBlockQuantized`` that ``--quant`` makes of it (the
+    table is then its packed data, scales or zero points), indexed by a value derived from
+    ``NonZero`` of the hit mask."""
+    if node.op_type == "Gather" and node.domain in ("", "ai.onnx"):
+        if node.inputs[0] is not table:
+            return False
+        axis = node.attributes.get("axis")
+    elif node.op_type == "GatherBlockQuantized" and node.domain == "com.microsoft":
+        if node.inputs[1] is table or table not in node.inputs:
+            return False
+        axis = node.attributes.get("gather_axis")
+    else:
         return False
-    axis = node.attributes.get("axis")
     if axis is not None and axis.as_int() != 0:
         return False
-    reshape = node.inputs[1].producer() if node.inputs[1] is not None else None
-    if reshape is None or reshape.op_type != "Reshape" or reshape.inputs[0] is None:
-        return False
-    source = reshape.inputs[0].producer()
-    return source is not None and source.op_type == "NonZero"
+    value = node.inputs[1]
+    for _ in range(_HIT_DEPTH):  # Reshape(NonZero) directly, or hit·N + n for quantized rows
+        producer = value.producer() if value is not None else None
+        if producer is None:
+            return False
+        if producer.op_type == "NonZero":
+            return True
+        value = producer.inputs[0]
+    return False
+
+
+_HIT_DEPTH = 5
 
 
 def decode_weight_bytes(graph: ir.Graph, num_experts: int, top_k: int) -> tuple[int, int]:
