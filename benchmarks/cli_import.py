@@ -36,10 +36,21 @@ def importtime_seconds() -> float:
     raise SystemExit("mobius.cli not found in -X importtime output")
 
 
-def wall_seconds(*args: str) -> float:
+def wall_cpu_seconds(*args: str) -> tuple[float, float]:
+    """Wall time and CPU time (user + system) of one fresh interpreter running ``args``.
+
+    CPU time is what the command costs whatever else runs; wall time is what the
+    user waits, and grows with the load average on a shared machine.
+    """
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", *args], capture_output=True, check=True)
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def report(name: str, samples: list[float]) -> None:
@@ -54,11 +65,14 @@ def main() -> None:
     import os
 
     print(f"load average {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs")
-    report("python -c pass (floor)", [wall_seconds("pass") for _ in range(n)])
+    floor = [wall_cpu_seconds("pass") for _ in range(n)]
+    report("python -c pass (floor, wall)", [w for w, _ in floor])
     report("import mobius.cli (cumulative)", [importtime_seconds() for _ in range(n)])
     for command in COMMANDS:
-        samples = [wall_seconds(CLI, *command) for _ in range(n)]
-        report(f"mobius {' '.join(command)} (wall)", samples)
+        samples = [wall_cpu_seconds(CLI, *command) for _ in range(n)]
+        report(f"mobius {' '.join(command)} (wall)", [w for w, _ in samples])
+        report(f"mobius {' '.join(command)} (cpu)", [c for _, c in samples])
+    print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the end")
 
 
 if __name__ == "__main__":

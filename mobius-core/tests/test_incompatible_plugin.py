@@ -94,6 +94,11 @@ def test_building_its_model_type_points_at_the_refused_plugin(entry_points, core
         (["mobius-core==0.1.*"], "0.2.0", True),
         (["mobius-core>=0.2; python_version < '3'"], "0.1.0", False),  # marker is false here
         (["numpy>=1"], "0.1.0", False),  # no requirement on core at all
+        (["mobius-core (<0.2,>=0.1)"], "0.2.0", True),  # the parenthesised metadata form
+        (["Mobius_Core>=0.2"], "0.1.0", True),  # names compare normalised
+        (["mobius-core[extra]>=0.2"], "0.1.0", True),  # extras: the full parser
+        (['mobius-core>=0.2; extra == "dev"'], "0.1.0", False),  # only for an extra
+        (["mobius-corex>=9"], "0.1.0", False),  # another distribution
     ],
 )
 def test_incompatibility_follows_the_declared_range(requires, core, refused) -> None:

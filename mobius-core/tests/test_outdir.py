@@ -291,3 +291,21 @@ def test_output_files_never_overwrite_what_is_not_ours(tmp_path: Path) -> None:
         with pytest.raises(PackageError, match=needle):
             check_output_file(path, is_ours=_is_golden, what="golden file")
     assert snapshot(tmp_path) == before
+
+
+def test_a_parent_without_write_permission_is_a_one_line_error(
+    tiny_host, user: Path, monkeypatch
+) -> None:
+    """As a non-root user in a read-only folder (simulated: the tests may run as root)."""
+    import mobius.outdir
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(mobius.outdir.tempfile, "mkdtemp", denied)
+    before = snapshot(user)
+    error = assert_refused(
+        build(tiny_host, user / "ckpt", user / "out"), "cannot create a folder", "denied"
+    )
+    assert f"where: {user}" in error
+    assert snapshot(user) == before

@@ -39,6 +39,7 @@ never through a symbolic link; it is written to a temporary sibling and renamed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -144,7 +145,8 @@ def check_package_out(
 
     ``sources`` are local inputs (the checkpoint folder) OUT must stay clear of.
     Before looking at OUT, an interrupted replacement is undone (see
-    :func:`recover_interrupted`); ``notice`` is told when that happens. Raises
+    :func:`recover_interrupted`: a rename back, nothing deleted); ``notice`` is told
+    when that happens. Raises
     :class:`~mobius.errors.PackageError`; touches nothing of the user's.
     """
     raw = os.fspath(out)
@@ -161,13 +163,14 @@ def check_package_out(
             fix=f"name the folder itself, e.g. {os.path.normpath(path.absolute())}/NEW-FOLDER",
         )
     path = path.absolute()
+    _check_ancestors(path, where)
+    recover_interrupted(path, notice=notice)
     if path.is_symlink():
         raise PackageError(
             f"the output folder is a symbolic link (to {os.readlink(path)})",
             where=where,
             fix="pass the real folder, or a new folder name, not a link",
         )
-    _check_ancestors(path, where)
     real = path.resolve()
     for label, guarded in _guarded_folders():
         if real == guarded or real in guarded.parents:
@@ -186,7 +189,6 @@ def check_package_out(
                 where=where,
                 fix="write the package to a folder outside the checkpoint, e.g. ./out/MODEL",
             )
-    recover_interrupted(path, notice=notice)
     _check_contents(path, where, force)
     return path
 
@@ -436,8 +438,21 @@ def make_parent(out: Path) -> None:
 
 
 def make_temp_sibling(out: Path) -> Path:
-    """A new, empty ``tmp`` sibling of ``out``, with the mode a plain mkdir would give."""
-    tmp = Path(tempfile.mkdtemp(prefix=sibling_prefix(out, "tmp"), dir=out.parent))
+    """A new, empty ``tmp`` sibling of ``out``, with the mode a plain mkdir would give.
+
+    A full disk propagates as the OSError it is (the writer names it); any other
+    failure (no permission to write in OUT's parent) is a PackageError.
+    """
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=sibling_prefix(out, "tmp"), dir=out.parent))
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        raise PackageError(
+            f"cannot create a folder next to the output folder: {exc.strerror or exc}",
+            where=str(out.parent),
+            fix="check your permissions there, or choose another OUT",
+        ) from exc
     os.chmod(tmp, 0o777 & ~umask())
     return tmp
 

@@ -62,6 +62,8 @@ def _watch_signals() -> Iterator[Callable[[], bool]]:
             signal.raise_signal(signum)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is None:  # installed outside Python: leave it alone
+            continue
         with contextlib.suppress(ValueError, OSError):  # not the main interpreter
             previous[signum] = signal.signal(signum, counting)
     try:
@@ -69,7 +71,7 @@ def _watch_signals() -> Iterator[Callable[[], bool]]:
     finally:
         for signum, handler in previous.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+                signal.signal(signum, handler)
 
 
 def contained(run: Callable[[], Any], on_error: Callable[[BaseException], Any]) -> Any:

@@ -7,6 +7,7 @@ Nothing here imports a plugin; :mod:`mobius.plugins` does, after these checks.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -65,26 +66,54 @@ def incompatibility(
     requires, the installed core and the ``pip install`` that fixes it, since
     the person reading it is usually one command away from a working install.
     """
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
 
     for line in requires:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if canonicalize_name(req.name) != CORE_DISTRIBUTION:
-            continue
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        spec = _core_specifier(line)
+        if spec is None:
             continue
         try:
-            ok = req.specifier.contains(Version(core), prereleases=True)
+            ok = spec.contains(Version(core), prereleases=True)
         except InvalidVersion:
             ok = True
         if not ok:
-            return _incompatible_message(distribution, version, str(req.specifier), core)
+            return _incompatible_message(distribution, version, str(spec), core)
     return None
+
+
+_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_PLAIN = re.compile(r"\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*\(?([^;()\[\]]*)\)?\s*")
+
+
+def _core_specifier(line: str) -> Any:
+    """The SpecifierSet of a Requires-Dist line on ``mobius-core`` that applies here, or None.
+
+    Why not always ``packaging.requirements.Requirement``: importing it costs about
+    50 ms of every CLI start (its grammar), and ``mobius plugins`` must start fast.
+    Lines on other distributions are skipped by name, and a plain line
+    (``mobius-core<0.2,>=0.1``, no extras, no marker) needs only
+    ``packaging.specifiers``; anything else goes through the full parser.
+    """
+    name = _NAME.match(line)
+    if name is None or re.sub(r"[-_.]+", "-", name.group(1)).lower() != CORE_DISTRIBUTION:
+        return None
+    plain = _PLAIN.fullmatch(line)
+    if plain is not None:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+        try:
+            return SpecifierSet(plain.group(1).strip())
+        except InvalidSpecifier:
+            return None
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(line)
+    except InvalidRequirement:
+        return None
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        return None
+    return req.specifier
 
 
 def _incompatible_message(
