@@ -31,6 +31,31 @@ Dim = int | str
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32", "bool", "uint8")
 EXTERNAL_KINDS = ("caller", "generated")
 GENERATED_INPUTS = ("attention_mask", "position_ids")
+MAX_ZERO_ELEMENTS = 1 << 24
+"""Most elements (per batch row) the runtime may zero-fill for a state's first step or an
+absent modality; real packages need none (a zero-length axis) or a few thousand."""
+
+
+def initial_dims(shape: Iterable[Dim], batch: int) -> tuple[int, ...]:
+    """The sizes of a state's first-step zeros for a request of ``batch`` rows.
+
+    Ints are taken as given, ``"batch"`` becomes ``batch``, a sequence axis (a name
+    containing ``seq``, ``past`` or ``len``) starts empty (0). Any other symbolic
+    name cannot be sized: ValueError.
+    """
+    out = []
+    for dim in shape:
+        if isinstance(dim, int) and not isinstance(dim, bool):
+            out.append(dim)
+        elif dim == "batch":
+            out.append(batch)
+        elif isinstance(dim, str) and ("seq" in dim or "past" in dim or "len" in dim):
+            out.append(0)
+        else:
+            raise ValueError(
+                f"cannot size symbolic dim {dim!r} (use ints, 'batch' or a *seq* name)"
+            )
+    return tuple(out)
 
 
 def _tuple(value: Iterable[Any]) -> tuple[Any, ...]:
@@ -310,6 +335,7 @@ class _ContractChecker:
             self._optional(opt)
         for out in self.contract.outputs:
             self._resolve(out, "output", "contract output")
+        self._presence()
         for endpoint, srcs in sources.items():
             if not srcs:
                 self.add(
@@ -407,12 +433,72 @@ class _ContractChecker:
         comp_name, _, port_name = state.consumer.partition(".")
         comp = self.by_name.get(comp_name)
         port = comp.input(port_name) if comp is not None else None
+        label = f"state edge '{state.producer} -> {state.consumer}'"
         if port is not None and len(state.initial_shape) != len(port.shape):
             self.add(
-                f"state edge '{state.producer} -> {state.consumer}' has initial_shape "
+                f"{label} has initial_shape "
                 f"{_fmt(state.initial_shape)} of rank {len(state.initial_shape)} but the port "
                 f"{_fmt(port.shape)} has rank {len(port.shape)} — give initial_shape the port's rank"
             )
+            return
+        try:
+            dims = initial_dims(state.initial_shape, 1)
+        except ValueError as exc:
+            self.add(f"{label} initial_shape {_fmt(state.initial_shape)}: {exc}")
+            return
+        self._zeros(label, "initial_shape", state.initial_shape, dims)
+        for axis, (a, b) in enumerate(zip(state.initial_shape, port.shape if port else ())):
+            if isinstance(a, int) and isinstance(b, int) and a != b:
+                self.add(
+                    f"{label} initial_shape {_fmt(state.initial_shape)} differs from the port's "
+                    f"static dim {b} on axis {axis} — use {b} there"
+                )
+
+    def _zeros(self, label: str, key: str, shape: tuple[Any, ...], dims: tuple[int, ...]) -> None:
+        """A zero-filled value the runtime allocates must have sane, bounded sizes."""
+        if any(d < 0 for d in dims):
+            self.add(f"{label} {key} {_fmt(shape)} has a negative dim — sizes are >= 0")
+            return
+        elements = 1
+        for d in dims:
+            elements *= d
+        if elements > MAX_ZERO_ELEMENTS:
+            self.add(
+                f"{label} {key} {_fmt(shape)} asks the runtime to zero-fill {elements} elements "
+                f"per batch row, more than {MAX_ZERO_ELEMENTS} — use a zero-length axis"
+            )
+
+    def _presence(self) -> None:
+        """A presence-gated component may only feed inputs that fall back to zeros without it."""
+        gated = {n: c.presence for n, c in self.by_name.items() if c.presence is not None}
+        for name, presence in gated.items():
+            if not isinstance(presence, str) or not presence:
+                self.add(f"component '{name}' has presence {presence!r} — use a modality name")
+        fallbacks = {o.consumer: o.presence for o in self.contract.optionals}
+        for edge in self.contract.edges:
+            producer = edge.producer.partition(".")[0]
+            if producer in gated and fallbacks.get(edge.consumer) != gated[producer]:
+                self.add(
+                    f"edge '{edge.producer} -> {edge.consumer}' comes from '{producer}', which "
+                    f"runs only with {gated[producer]!r}, but '{edge.consumer}' has no optional "
+                    f"fallback for {gated[producer]!r} — add one or drop the presence"
+                )
+        for state in self.contract.states:
+            for end in (state.producer, state.consumer):
+                comp = end.partition(".")[0]
+                if comp in gated:
+                    self.add(
+                        f"state edge '{state.producer} -> {state.consumer}' touches '{comp}', "
+                        f"which runs only with {gated[comp]!r} — a stateful component cannot "
+                        "be presence-gated"
+                    )
+        for out in self.contract.outputs:
+            comp = out.partition(".")[0]
+            if comp in gated:
+                self.add(
+                    f"contract output '{out}' comes from '{comp}', which runs only with "
+                    f"{gated[comp]!r} — outputs must come from components that always run"
+                )
 
     def _external(self, ext: ExternalInput, sources: dict[str, list[str]]) -> None:
         port = self._resolve(ext.consumer, "input", "external input")
@@ -444,6 +530,8 @@ class _ContractChecker:
                     f"optional input '{opt.consumer}' absent_shape {_fmt(opt.absent_shape)} "
                     f"differs from the port's static dim {b} on axis {axis} — use {b} there"
                 )
+        label = f"optional input '{opt.consumer}'"
+        self._zeros(label, "absent_shape", opt.absent_shape, tuple(opt.absent_shape))
 
 
 # ---------------------------------------------------------------------- graphs
@@ -527,5 +615,26 @@ def validate(contract: Contract, graphs: Mapping[str, ir.Model]) -> None:
                 problems.append(
                     f"graph '{comp.name}' has input '{name}' that the contract does not declare "
                     f"— add Port('{name}', …) to '{comp.name}'.inputs and give it a source"
+                )
+    zero_fed = [
+        *(
+            (f"state edge into '{s.consumer}'", "initial", s.consumer, s.initial_shape)
+            for s in contract.states
+        ),
+        *(
+            (f"optional input '{o.consumer}'", "absent", o.consumer, o.absent_shape)
+            for o in contract.optionals
+        ),
+    ]
+    for label, key, consumer, shape in zero_fed:
+        comp, _, port = consumer.partition(".")
+        model = graphs.get(comp)
+        value = next((v for v in model.graph.inputs if v.name == port), None) if model else None
+        dims = _graph_dims(value) if value is not None else None
+        for axis, (a, b) in enumerate(zip(shape, dims or ())):
+            if isinstance(a, int) and isinstance(b, int) and a != b:
+                problems.append(
+                    f"{label} has {key} shape {_fmt(shape)} but graph '{comp}' takes {_fmt(dims)}"
+                    f" (axis {axis}: {a} vs {b}) — make the contract and the graph agree"
                 )
     _raise(problems)
