@@ -146,13 +146,14 @@ def main() -> None:
     print(f"{'package':8} {'MB':>7} {'ort ms':>9} {'load ms':>9} {'ratio':>6} {'hashing ms':>11}")
     for name, package in packages.items():
         size = sum(f.stat().st_size for f in package.rglob("*") if f.is_file()) / 1e6
-        ort_s, load_s, hash_s = [], [], []
-        for _ in range(args.runs):
-            ort_s.append(bare_ort(package, args.threads))
-            load_s.append(mobius_load(package, args.threads))
-            hash_s.append(hashing_load(package, args.threads))
-        mobius_load(package, args.threads)  # the hashing load re-stamped it
-        o, m, h = (statistics.median(v) * 1000 for v in (ort_s, load_s, hash_s))
+        times: dict[str, list[float]] = {"ort": [], "load": [], "hashing": []}
+        measures = {"ort": bare_ort, "load": mobius_load, "hashing": hashing_load}
+        for run in range(args.runs):
+            # rotate the order, so no measure always follows the page-cache-heavy hashing
+            names = list(measures)[run % 3 :] + list(measures)[: run % 3]
+            for key in names:
+                times[key].append(measures[key](package, args.threads))  # hashing re-stamps
+        o, m, h = (statistics.median(times[k]) * 1000 for k in ("ort", "load", "hashing"))
         print(f"{name:8} {size:7.1f} {o:9.1f} {m:9.1f} {m / o:6.2f} {h:11.1f}")
     print(f"runs: {args.runs} (medians), threads: {args.threads}, load average: {os.getloadavg()}")
 

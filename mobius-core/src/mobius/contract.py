@@ -20,6 +20,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mobius.contract_runtime import (
+    initial_dims,
+    presence_problems,
+    zero_fill_problems,
+)
 from mobius.errors import ContractError
 
 if TYPE_CHECKING:
@@ -31,31 +36,6 @@ Dim = int | str
 DTYPES = ("float32", "float16", "bfloat16", "int64", "int32", "bool", "uint8")
 EXTERNAL_KINDS = ("caller", "generated")
 GENERATED_INPUTS = ("attention_mask", "position_ids")
-MAX_ZERO_ELEMENTS = 1 << 24
-"""Most elements (per batch row) the runtime may zero-fill for a state's first step or an
-absent modality; real packages need none (a zero-length axis) or a few thousand."""
-
-
-def initial_dims(shape: Iterable[Dim], batch: int) -> tuple[int, ...]:
-    """The sizes of a state's first-step zeros for a request of ``batch`` rows.
-
-    Ints are taken as given, ``"batch"`` becomes ``batch``, a sequence axis (a name
-    containing ``seq``, ``past`` or ``len``) starts empty (0). Any other symbolic
-    name cannot be sized: ValueError.
-    """
-    out = []
-    for dim in shape:
-        if isinstance(dim, int) and not isinstance(dim, bool):
-            out.append(dim)
-        elif dim == "batch":
-            out.append(batch)
-        elif isinstance(dim, str) and ("seq" in dim or "past" in dim or "len" in dim):
-            out.append(0)
-        else:
-            raise ValueError(
-                f"cannot size symbolic dim {dim!r} (use ints, 'batch' or a *seq* name)"
-            )
-    return tuple(out)
 
 
 def _tuple(value: Iterable[Any]) -> tuple[Any, ...]:
@@ -455,50 +435,10 @@ class _ContractChecker:
                 )
 
     def _zeros(self, label: str, key: str, shape: tuple[Any, ...], dims: tuple[int, ...]) -> None:
-        """A zero-filled value the runtime allocates must have sane, bounded sizes."""
-        if any(d < 0 for d in dims):
-            self.add(f"{label} {key} {_fmt(shape)} has a negative dim — sizes are >= 0")
-            return
-        elements = 1
-        for d in dims:
-            elements *= d
-        if elements > MAX_ZERO_ELEMENTS:
-            self.add(
-                f"{label} {key} {_fmt(shape)} asks the runtime to zero-fill {elements} elements "
-                f"per batch row, more than {MAX_ZERO_ELEMENTS} — use a zero-length axis"
-            )
+        self.problems.extend(zero_fill_problems(label, key, shape, dims))
 
     def _presence(self) -> None:
-        """A presence-gated component may only feed inputs that fall back to zeros without it."""
-        gated = {n: c.presence for n, c in self.by_name.items() if c.presence is not None}
-        for name, presence in gated.items():
-            if not isinstance(presence, str) or not presence:
-                self.add(f"component '{name}' has presence {presence!r} — use a modality name")
-        fallbacks = {o.consumer: o.presence for o in self.contract.optionals}
-        for edge in self.contract.edges:
-            producer = edge.producer.partition(".")[0]
-            if producer in gated and fallbacks.get(edge.consumer) != gated[producer]:
-                self.add(
-                    f"edge '{edge.producer} -> {edge.consumer}' comes from '{producer}', which "
-                    f"runs only with {gated[producer]!r}, but '{edge.consumer}' has no optional "
-                    f"fallback for {gated[producer]!r} — add one or drop the presence"
-                )
-        for state in self.contract.states:
-            for end in (state.producer, state.consumer):
-                comp = end.partition(".")[0]
-                if comp in gated:
-                    self.add(
-                        f"state edge '{state.producer} -> {state.consumer}' touches '{comp}', "
-                        f"which runs only with {gated[comp]!r} — a stateful component cannot "
-                        "be presence-gated"
-                    )
-        for out in self.contract.outputs:
-            comp = out.partition(".")[0]
-            if comp in gated:
-                self.add(
-                    f"contract output '{out}' comes from '{comp}', which runs only with "
-                    f"{gated[comp]!r} — outputs must come from components that always run"
-                )
+        self.problems.extend(presence_problems(self.contract, self.by_name))
 
     def _external(self, ext: ExternalInput, sources: dict[str, list[str]]) -> None:
         port = self._resolve(ext.consumer, "input", "external input")

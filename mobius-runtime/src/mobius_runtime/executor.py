@@ -311,7 +311,7 @@ def _batch_and_seq(caller: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def _initial_shape(key: str, shape: tuple[int | str, ...], batch: int) -> tuple[int, ...]:
-    from mobius.contract import initial_dims
+    from mobius.contract_runtime import initial_dims
 
     try:
         return initial_dims(shape, batch)

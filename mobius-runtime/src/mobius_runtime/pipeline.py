@@ -154,10 +154,11 @@ class Pipeline:
         from mobius_runtime.sessions import check_threads
 
         check_threads(threads)
-        resolved = resolve_device(device)
-        # The one package check `mobius verify` runs, before anything is allocated;
-        # a stamp from build/verify stands in for hashing unchanged files.
+        # The one package check `mobius verify` runs, before anything is allocated (even
+        # the CUDA probe session); a stamp from build/verify stands in for hashing
+        # unchanged files.
         package = raise_for(check_package(Path(path), trust_stamp=True), path)
+        resolved = resolve_device(device)
         pipeline = cls(
             Path(package.root),
             package.manifest,
