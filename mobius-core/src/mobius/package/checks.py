@@ -68,6 +68,8 @@ class CheckResult:
     """True when file contents were hashed and graphs read; False when a stamp vouched."""
     stamped: bool = False
     """True when this check wrote a fresh stamp."""
+    error: PackageError | None = None
+    """The error that made the manifest unreadable (``package`` is then None)."""
 
 
 def pinned_files(manifest: dict[str, Any]) -> list[Pinned]:
@@ -103,7 +105,7 @@ def check_package(
     try:
         package = read_package(path)
     except PackageError as exc:
-        return CheckResult(None, [exc.render()], hashed=False)
+        return CheckResult(None, [exc.render()], hashed=False, error=exc)
     root = package.root
     contract_problems = [f"contract: {p}" for p in _contract_problems(package)]
     problems = list(contract_problems)
@@ -138,7 +140,11 @@ def check_package(
         for pin in pinned:
             if pin.rel not in found:
                 continue  # missing or wrong size: reported above, never hashed
-            actual, _ = _sha256_size(found[pin.rel])
+            try:
+                actual, _ = _sha256_size(found[pin.rel])
+            except OSError as exc:
+                problems.append(f"{pin.rel}: cannot be read ({exc.strerror or exc})")
+                continue
             if actual != pin.sha256:
                 problems.append(
                     f"{pin.rel}: sha256 {actual} does not match the manifest ({pin.sha256}); "
@@ -156,6 +162,8 @@ def check_package(
 
 def raise_for(result: CheckResult, path: str | os.PathLike[str]) -> Package:
     """The package of a clean result; otherwise PackageError listing every problem."""
+    if result.error is not None:
+        raise result.error
     if result.problems or result.package is None:
         if len(result.problems) == 1:
             what = f"the package cannot be used: {result.problems[0]}"
