@@ -82,7 +82,7 @@ def test_verify_help_has_no_hard_line_break() -> None:
     names = [line.split()[0] for line in listed if line.strip()]
     assert names == ["plugins", "build", "inspect", "verify"], text
     full = " ".join(help_of(make_app(), "verify").split())
-    assert "its manifest (sha256, size) and its contract against its graphs;" in full
+    assert "every path and external-data reference inside the package, the contract" in full
 
 
 def record(name: str, types: tuple[str, ...], status: str = "ok", reason: str = "") -> PluginRecord:

@@ -22,6 +22,7 @@ from mobius.package import (
     verify_package,
     write_package,
 )
+from mobius.package.stamp import STAMP_NAME
 from mobius.records import RuntimeFile
 from mobius.weights import WeightPlan, bind, ref
 
@@ -119,6 +120,7 @@ def test_write_read_verify_round_trip_and_run(bound_model: ir.Model, tmp_path: P
     out = write(tmp_path / "pkg", bound_model, progress=progress)
     assert out == (tmp_path / "pkg").absolute()
     assert sorted(p.name for p in out.iterdir()) == [
+        STAMP_NAME,  # the writer checked the package and stamped it (see stamp.py)
         "genai_config.json",
         MANIFEST_NAME,
         "model",
@@ -259,7 +261,8 @@ def test_tampered_and_missing_files_are_named(bound_model: ir.Model, tmp_path: P
     assert "model/model.onnx.data: sha256" in text
     assert "tok/tokenizer.json" in text
     assert "genai_config.json: missing" in text
-    assert len(problems) == 4  # data sha, tokenizer size + sha, missing genai config
+    # data sha, tokenizer size (a file of the wrong size is not hashed), missing genai config
+    assert len(problems) == 3
 
 
 def test_verify_reports_contract_violations(bound_model: ir.Model, tmp_path: Path) -> None:

@@ -112,13 +112,22 @@ def test_every_problem_is_listed_at_once(package: Path) -> None:
     assert any(p.startswith("contract:") and "model.y" in p for p in problems)
 
 
-def test_corrupted_graph_is_named_twice(package: Path) -> None:
-    """A garbled model.onnx fails its hash and cannot be loaded; both say which file."""
+def test_corrupted_graph_of_another_size_is_not_hashed_or_parsed(package: Path) -> None:
+    """A model.onnx whose size differs from the manifest is refused on its size alone."""
     (package / GRAPH).write_bytes(b"\x08not a protobuf at all")
     problems = json.loads(verify(str(package), "--json").stdout)["problems"]
-    assert any(p.startswith(f"{GRAPH}: size") for p in problems)
+    graph_problems = [p for p in problems if p.startswith(GRAPH)]
+    assert len(graph_problems) == 1 and graph_problems[0].startswith(f"{GRAPH}: size 22 bytes")
+    assert not any("sha256" in p or "cannot be read" in p for p in problems)
+
+
+def test_corrupted_graph_of_the_same_size_is_named_twice(package: Path) -> None:
+    """A garbled model.onnx of the right size fails its hash and cannot be parsed: both named."""
+    size = (package / GRAPH).stat().st_size
+    (package / GRAPH).write_bytes(b"\x08" + b"\xff" * (size - 1))
+    problems = json.loads(verify(str(package), "--json").stdout)["problems"]
     assert any(p.startswith(f"{GRAPH}: sha256") for p in problems)
-    assert any(p.startswith("model: model.onnx cannot be loaded") for p in problems)
+    assert any(p.startswith(f"{GRAPH}: cannot be read as an ONNX model") for p in problems)
 
 
 def test_size_change_is_named(package: Path) -> None:

@@ -93,7 +93,7 @@ def test_unknown_input_is_named(single_pkg):
 
 def test_contract_without_source_is_refused_at_load(tmp_path):
     from mobius.contract import Contract
-    from mobius.errors import ContractError
+    from mobius.errors import PackageError
 
     dec = toypkg.decoder_graph(kv_dtype="float32", mask_dtype="int64", embeds_input=False)
     full = toypkg.single_contract(dec)
@@ -104,5 +104,5 @@ def test_contract_without_source_is_refused_at_load(tmp_path):
         outputs=full.outputs,
     )
     pkg = toypkg.write(tmp_path / "broken", {"model": dec}, broken)
-    with pytest.raises(ContractError, match=r"model\.position_ids has no source"):
+    with pytest.raises(PackageError, match=r"contract: 'model\.position_ids' has no source"):
         Pipeline.load(pkg, device="cpu")

@@ -124,6 +124,12 @@ def build(
     config = host.read_config(model_type, raw)
     contract = host.pipeline_contract(model_type, config, options)
 
+    from mobius.chat_files import chat_files
+
+    files = host.runtime_files(model_type, config, contract, checkpoint, options)
+    files = [*files, *chat_files(checkpoint, files)]
+    _check_runtime_files(files)  # before the (long) graph build
+
     graphs, n_tensors, unused, quant_reports = _build_components(
         host, model_type, config, contract, checkpoint, options, progress
     )
@@ -133,10 +139,6 @@ def build(
     progress.message("validating the pipeline contract against the graphs")
     validate(contract, graphs)
 
-    from mobius.chat_files import chat_files
-
-    files = host.runtime_files(model_type, config, contract, checkpoint, options)
-    files = [*files, *chat_files(checkpoint, files)]
     manifest = {
         "model_type": model_type,
         "task": _task(host, model_type),
@@ -361,6 +363,19 @@ def component_sizes(package: Path) -> dict[str, int]:
             f"cannot read the manifest just written: {exc}", where=str(package)
         ) from exc
     return {name: int(entry.get("size", 0)) for name, entry in manifest["components"].items()}
+
+
+def _check_runtime_files(files: Any) -> None:
+    """Refuse a checkpoint's broken tokenizer.json now, not when the package is first run."""
+    from mobius.package.content import check_tokenizer_file
+
+    for rf in files:
+        if rf.path == "tokenizer.json" and rf.source is not None:
+            check_tokenizer_file(
+                Path(rf.source),
+                fix="repair or replace the checkpoint's tokenizer.json (save it again with "
+                "the tokenizers library) and build again",
+            )
 
 
 def _task(host: PluginHost, model_type: str) -> str:

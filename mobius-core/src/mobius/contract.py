@@ -20,6 +20,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mobius.contract_runtime import (
+    initial_dims,
+    presence_problems,
+    zero_fill_problems,
+)
 from mobius.errors import ContractError
 
 if TYPE_CHECKING:
@@ -310,6 +315,7 @@ class _ContractChecker:
             self._optional(opt)
         for out in self.contract.outputs:
             self._resolve(out, "output", "contract output")
+        self._presence()
         for endpoint, srcs in sources.items():
             if not srcs:
                 self.add(
@@ -407,12 +413,32 @@ class _ContractChecker:
         comp_name, _, port_name = state.consumer.partition(".")
         comp = self.by_name.get(comp_name)
         port = comp.input(port_name) if comp is not None else None
+        label = f"state edge '{state.producer} -> {state.consumer}'"
         if port is not None and len(state.initial_shape) != len(port.shape):
             self.add(
-                f"state edge '{state.producer} -> {state.consumer}' has initial_shape "
+                f"{label} has initial_shape "
                 f"{_fmt(state.initial_shape)} of rank {len(state.initial_shape)} but the port "
                 f"{_fmt(port.shape)} has rank {len(port.shape)} — give initial_shape the port's rank"
             )
+            return
+        try:
+            dims = initial_dims(state.initial_shape, 1)
+        except ValueError as exc:
+            self.add(f"{label} initial_shape {_fmt(state.initial_shape)}: {exc}")
+            return
+        self._zeros(label, "initial_shape", state.initial_shape, dims)
+        for axis, (a, b) in enumerate(zip(state.initial_shape, port.shape if port else ())):
+            if isinstance(a, int) and isinstance(b, int) and a != b:
+                self.add(
+                    f"{label} initial_shape {_fmt(state.initial_shape)} differs from the port's "
+                    f"static dim {b} on axis {axis} — use {b} there"
+                )
+
+    def _zeros(self, label: str, key: str, shape: tuple[Any, ...], dims: tuple[int, ...]) -> None:
+        self.problems.extend(zero_fill_problems(label, key, shape, dims))
+
+    def _presence(self) -> None:
+        self.problems.extend(presence_problems(self.contract, self.by_name))
 
     def _external(self, ext: ExternalInput, sources: dict[str, list[str]]) -> None:
         port = self._resolve(ext.consumer, "input", "external input")
@@ -444,6 +470,8 @@ class _ContractChecker:
                     f"optional input '{opt.consumer}' absent_shape {_fmt(opt.absent_shape)} "
                     f"differs from the port's static dim {b} on axis {axis} — use {b} there"
                 )
+        label = f"optional input '{opt.consumer}'"
+        self._zeros(label, "absent_shape", opt.absent_shape, tuple(opt.absent_shape))
 
 
 # ---------------------------------------------------------------------- graphs
@@ -527,5 +555,26 @@ def validate(contract: Contract, graphs: Mapping[str, ir.Model]) -> None:
                 problems.append(
                     f"graph '{comp.name}' has input '{name}' that the contract does not declare "
                     f"— add Port('{name}', …) to '{comp.name}'.inputs and give it a source"
+                )
+    zero_fed = [
+        *(
+            (f"state edge into '{s.consumer}'", "initial", s.consumer, s.initial_shape)
+            for s in contract.states
+        ),
+        *(
+            (f"optional input '{o.consumer}'", "absent", o.consumer, o.absent_shape)
+            for o in contract.optionals
+        ),
+    ]
+    for label, key, consumer, shape in zero_fed:
+        comp, _, port = consumer.partition(".")
+        model = graphs.get(comp)
+        value = next((v for v in model.graph.inputs if v.name == port), None) if model else None
+        dims = _graph_dims(value) if value is not None else None
+        for axis, (a, b) in enumerate(zip(shape, dims or ())):
+            if isinstance(a, int) and isinstance(b, int) and a != b:
+                problems.append(
+                    f"{label} has {key} shape {_fmt(shape)} but graph '{comp}' takes {_fmt(dims)}"
+                    f" (axis {axis}: {a} vs {b}) — make the contract and the graph agree"
                 )
     _raise(problems)

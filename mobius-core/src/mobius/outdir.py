@@ -88,7 +88,9 @@ def package_files(folder: Path) -> set[str] | None:
     version, components = manifest.get("format_version"), manifest.get("components")
     if type(version) is not int or not isinstance(components, dict) or not components:
         return None
-    listed = {MANIFEST_NAME}
+    from mobius.package.stamp import STAMP_NAME  # here: mobius.package imports this module
+
+    listed = {MANIFEST_NAME, STAMP_NAME}  # the verification stamp belongs to the package
     for entry in components.values():
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
             return None

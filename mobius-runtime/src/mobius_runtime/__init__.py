@@ -3,12 +3,20 @@
 ``Pipeline.load(path)`` opens a package and executes its contract;
 ``Pipeline.generate()`` does greedy or sampled generation; ``mobius run`` is the
 command-line face (added through the ``mobius_add_commands`` hook).
-onnxruntime is imported only when a package is loaded.
+onnxruntime is imported only when a package is loaded, with its telemetry off.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
+
+# onnxruntime (1.31, Linux included) starts a telemetry client when it is imported,
+# which writes a device id and an event database under
+# ~/.cache/Microsoft/DeveloperTools/.onnxruntime/. Running a model must write
+# nothing outside the paths the user named, so it is switched off before any
+# module of this package imports onnxruntime; a value the user set is kept.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 __version__ = "0.1.0"
 __all__ = ["GenerationResult", "Pipeline", "__version__"]

@@ -311,21 +311,16 @@ def _batch_and_seq(caller: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def _initial_shape(key: str, shape: tuple[int | str, ...], batch: int) -> tuple[int, ...]:
-    out = []
-    for dim in shape:
-        if isinstance(dim, int):
-            out.append(dim)
-        elif dim == "batch":
-            out.append(batch)
-        elif "seq" in dim or "past" in dim or "len" in dim:
-            out.append(0)
-        else:
-            raise RequestError(
-                f"state input {key}: cannot size symbolic dim {dim!r} of its initial shape",
-                where=f"mobius.json: contract state {key}",
-                fix="rebuild the package; initial shapes may use 'batch' and ints",
-            )
-    return tuple(out)
+    from mobius.contract_runtime import initial_dims
+
+    try:
+        return initial_dims(shape, batch)
+    except ValueError as exc:
+        raise RequestError(
+            f"state input {key}: {exc}",
+            where=f"mobius.json: contract state {key}",
+            fix="rebuild the package; initial shapes may use 'batch' and ints",
+        ) from exc
 
 
 def _generated(key: str, name: str, rank: int, batch: int, seq: int, past_len: int) -> np.ndarray:

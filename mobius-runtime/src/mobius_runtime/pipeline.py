@@ -25,7 +25,6 @@ import numpy as np
 from mobius_runtime.errors import RequestError
 from mobius_runtime.executor import Executor
 from mobius_runtime.feeds import to_numpy
-from mobius_runtime.hashing import verify_files
 from mobius_runtime.plan import Plan, compile_plan
 from mobius_runtime.requests import check_ids, check_logits, check_sampling, vocab_size
 from mobius_runtime.sampling import pick
@@ -130,8 +129,11 @@ class Pipeline:
     ) -> Pipeline:
         """Read, verify and open a package.
 
-        Every file the manifest pins is checked against its sha256 (cached by
-        size and mtime); one session per component is opened now, except
+        The package is checked first by :func:`mobius.package.checks.check_package`,
+        the check ``mobius verify`` runs (files confined to the package, sizes,
+        external data, contract, tokenizer/config), trusting the verification stamp
+        written by build/verify for unchanged files instead of hashing them (see
+        ``docs/internals.md``); one session per component is opened now, except
         presence-gated ones (vision, audio), opened on first use. ``host`` is a
         :class:`mobius.plugins.PluginHost` for the family's processors
         (default: the installed plugins). ``kv_share=False`` forces the concat
@@ -147,12 +149,16 @@ class Pipeline:
         onnxruntime's graph optimizations off (ORT_DISABLE_ALL), which such an
         emulation needs so that no fusion swallows its rounding.
         """
-        from mobius.package import read_package
+        from mobius.package.checks import check_package, raise_for
         from mobius_runtime.device import resolve_device
+        from mobius_runtime.sessions import check_threads
 
+        check_threads(threads)
+        # The one package check `mobius verify` runs, before anything is allocated (even
+        # the CUDA probe session); a stamp from build/verify stands in for hashing
+        # unchanged files.
+        package = raise_for(check_package(Path(path), trust_stamp=True), path)
         resolved = resolve_device(device)
-        package = read_package(Path(path))
-        verify_files(Path(package.root), package.manifest)
         pipeline = cls(
             Path(package.root),
             package.manifest,

@@ -11,6 +11,7 @@ the components so producers run before consumers.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,24 +144,30 @@ def compile_plan(contract: Any) -> Plan:
 
 
 def _topological(components: dict[str, Any], sources: dict[str, Source]) -> tuple[str, ...]:
-    """Producers before consumers (edges only; state edges cross steps)."""
+    """Producers before consumers (edges only; state edges cross steps), in contract order.
+
+    Kahn's algorithm over adjacency sets: linear in components + edges.
+    """
     needs: dict[str, set[str]] = {name: set() for name in components}
+    feeds: dict[str, set[str]] = {name: set() for name in components}
     for key, source in sources.items():
         if source.kind == "edge":
             consumer = key.split(".", 1)[0]
             producer = source.ref.split(".", 1)[0]
             if producer != consumer:
                 needs[consumer].add(producer)
+                feeds[producer].add(consumer)
+    rank = {name: i for i, name in enumerate(components)}
+    ready_heap = [(rank[name], name) for name in components if not needs[name]]
+    heapq.heapify(ready_heap)
     order: list[str] = []
-    ready = [name for name in components if not needs[name]]
-    while ready:
-        name = ready.pop(0)
+    while ready_heap:
+        _, name = heapq.heappop(ready_heap)
         order.append(name)
-        for other in components:
-            if name in needs[other]:
-                needs[other].discard(name)
-                if not needs[other] and other not in order and other not in ready:
-                    ready.append(other)
+        for other in feeds[name]:
+            needs[other].discard(name)
+            if not needs[other]:
+                heapq.heappush(ready_heap, (rank[other], other))
     if len(order) != len(components):
         cycle = sorted(set(components) - set(order))
         raise ContractError(

@@ -11,13 +11,32 @@ DeviceError that says to use CUDA or rebuild as f32 / f16.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from mobius.errors import ContractError, PackageError
 from mobius_runtime.device import providers_for
-from mobius_runtime.errors import DeviceError
+from mobius_runtime.errors import DeviceError, RequestError
 from mobius_runtime.feeds import PORT_TO_ORT
+
+MAX_THREADS_PER_CORE = 4
+"""``threads`` above this many per CPU core is refused: onnxruntime would start them all."""
+
+
+def check_threads(threads: int | None) -> None:
+    """Refuse a thread count onnxruntime cannot use (negative, or absurdly many)."""
+    if threads is None or threads == 0:
+        return
+    cores = os.cpu_count() or 1
+    limit = cores * MAX_THREADS_PER_CORE
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= limit:
+        raise RequestError(
+            f"threads={threads!r} is out of range: use 1 to {limit} (this machine has "
+            f"{cores} CPU cores; more threads than cores only slow onnxruntime down)",
+            where="threads (--threads)",
+            fix=f"pass a number from 1 to {cores}, or leave it unset for onnxruntime's default",
+        )
 
 
 def session_options(threads: int | None) -> Any:

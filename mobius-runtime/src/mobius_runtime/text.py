@@ -131,7 +131,15 @@ class TextSide:
                 )
             from tokenizers import Tokenizer
 
-            self._tokenizer = Tokenizer.from_file(str(path))
+            try:
+                self._tokenizer = Tokenizer.from_file(str(path))
+            except Exception as exc:  # the library raises a bare Exception for bad files
+                raise PackageError(
+                    f"{TOKENIZER_FILE} cannot be loaded by the tokenizers library: "
+                    f"{str(exc).strip()[:300]}",
+                    where=str(path),
+                    fix="rebuild the package from a checkpoint with a valid tokenizer.json",
+                ) from exc
         return self._tokenizer
 
     def media_inputs(

@@ -46,8 +46,10 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead.")] = False,
         debug: Annotated[bool, typer.Option("--debug", help=DEBUG_HELP)] = False,
     ) -> None:
-        """Check PACKAGE's files against its manifest (sha256, size) and its contract
-        against its graphs; exit 1 if anything is wrong."""
+        """Check PACKAGE in full, as Pipeline.load relies on it: every file against its
+        manifest (size, then sha256), every path and external-data reference inside the
+        package, the contract against the graphs, tokenizer and config; exit 1 listing
+        every problem. A clean check refreshes the package's verification stamp."""
         with user_errors(ctx, debug):
             from mobius.package import verify_package
 

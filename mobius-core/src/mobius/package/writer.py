@@ -25,7 +25,6 @@ import errno
 import hashlib
 import json
 import os
-import re
 import shutil
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,6 +39,7 @@ from mobius import outdir
 from mobius.errors import PackageError
 from mobius.outdir import remove_stale_siblings as remove_stale_siblings
 from mobius.package.manifest import (
+    _COMPONENT_NAME,
     ALIGNMENT,
     DATA_NAME,
     FORMAT_VERSION,
@@ -48,6 +48,7 @@ from mobius.package.manifest import (
     MODEL_NAME,
     _sha256_size,
 )
+from mobius.package.stamp import STAMP_NAME
 from mobius.records import RuntimeFile
 
 _RESERVED_KEYS = ("format_version", "components", "files")
@@ -61,7 +62,6 @@ _NO_ROOM = {
     ),
 }
 """errno of a write that failed for lack of room -> (what, fix)."""
-_COMPONENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 CHUNK_BYTES = 64 * 1024 * 1024
 """Bytes per chunk when a tensor is streamed (and the size above which it is)."""
 _chunk_bytes = contextvars.ContextVar("mobius_package_chunk_bytes", default=CHUNK_BYTES)
@@ -149,6 +149,7 @@ def write_package(
             (tmp / MANIFEST_NAME).write_text(
                 json.dumps(full, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
             )
+        _stamp(tmp)
         _move_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -156,6 +157,18 @@ def write_package(
     if progress is not None:
         progress.message(f"package written to {out}")
     return out
+
+
+def _stamp(tmp: Path) -> None:
+    """Check the written package (all but hashes: they were taken while writing) and stamp it.
+
+    The stamp lets the first ``Pipeline.load`` skip hashing (see
+    :mod:`mobius.package.stamp`). A package that fails a check is left unstamped;
+    ``mobius verify`` and ``Pipeline.load`` then report its problems.
+    """
+    from mobius.package.checks import check_package
+
+    check_package(tmp, trust_stamp=False, hash_files=False)
 
 
 @contextlib.contextmanager
@@ -180,7 +193,7 @@ def _room(out: Path, relpath: str) -> Iterator[None]:
 def _check_names(components: Mapping[str, ir.Model], runtime_files: Sequence[RuntimeFile]) -> None:
     if not components:
         raise ValueError("a package needs at least one component")
-    taken = {MANIFEST_NAME}
+    taken = {MANIFEST_NAME, STAMP_NAME}
     for name in components:
         if not _COMPONENT_NAME.fullmatch(name) or name in (".", ".."):
             raise ValueError(f"component name {name!r} is not a plain folder name")
