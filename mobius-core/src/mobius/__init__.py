@@ -28,12 +28,18 @@ def build(
     target: str = "default",
     revision: str | None = None,
     force: bool = False,
+    quant: Any = None,
     **kwargs: Any,
 ) -> BuildResult:
     """Build ``source`` (a folder or Hub id) into a model package at ``out``.
 
-    See :func:`mobius.builder.build` for the arguments.
+    ``quant``: ``"int4"``, ``"int8"`` or a :class:`mobius.records.QuantOptions` for a
+    weight-only quantized package (``docs/quantization.md``). See
+    :func:`mobius.builder.build` for the other arguments.
     """
     from mobius.builder import build as _build
 
-    return _build(source, out, dtype=dtype, target=target, revision=revision, force=force, **kwargs)
+    return _build(
+        source, out, dtype=dtype, target=target, revision=revision, force=force, quant=quant,
+        **kwargs,
+    )  # fmt: skip
