@@ -7,8 +7,8 @@ onnxruntime-genai on the *same package* (its genai_config.json; run by
 ``benchmarks/og_decode.py`` in a subprocess of its own venv, ``--og-python``, since it
 brings its own onnxruntime) and with HF transformers, assert identical ids, and print
 prefill latency, decode tokens/s and the ratios. mobius-runtime and onnxruntime-genai
-alternate for ``--rounds`` rounds (each the median of ``--runs`` generations) and the
-medians of the rounds are compared, so both see the same machine load; the load
+take turns, one generation each, ``--rounds`` × ``--runs`` times (onnxruntime-genai stays
+loaded in its subprocess) and the medians are compared, so both see the same load; the load
 average is printed too (the machine is shared and noisy). Checkpoints:
 
   (a) tiny  — testdata/tiny-gemma4 (bundled)
@@ -69,7 +69,7 @@ def make_mid_checkpoint(out: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.save_pretrained(out)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         if (TINY / name).is_file():
             (out / name).write_bytes((TINY / name).read_bytes())
     n = sum(p.numel() for p in model.parameters())
@@ -84,54 +84,74 @@ def build(source: Path, out: Path, target: str) -> Path:
     return out
 
 
-def bench_mobius(p, ids: list[int], new: int, runs: int):
-    """(ids, median prefill ms, median decode tok/s) of a loaded Pipeline."""
-    results = [p.generate(input_ids=ids, max_new_tokens=new, stop_ids=()) for _ in range(runs)]
-    for r in results[1:]:
-        assert r.ids == results[0].ids, "mobius-runtime is not deterministic"
-    return (
-        results[0].ids,
-        statistics.median(r.prefill_ms for r in results),
-        statistics.median(r.decode_tokens_per_s for r in results),
-    )
+class OgProcess:
+    """onnxruntime-genai in its own venv (``og_decode.py``), one generation per request."""
 
+    def __init__(self, python: str, package: Path, ids: list[int], new: int, threads: int):
+        script = Path(__file__).with_name("og_decode.py")
+        cmd = [python, str(script), str(package), "--ids", ",".join(map(str, ids))]
+        cmd += ["--new", str(new), "--threads", str(threads)]
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self._read()  # {"ready": true} once loaded and warmed up
 
-def bench_og(python: str, package: Path, ids: list[int], new: int, threads: int, runs: int):
-    """(ids, median prefill ms, median decode tok/s) from onnxruntime-genai in its venv."""
-    script = Path(__file__).with_name("og_decode.py")
-    cmd = [python, str(script), str(package), "--ids", ",".join(map(str, ids))]
-    cmd += ["--new", str(new), "--threads", str(threads), "--runs", str(runs)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if out.returncode != 0:
-        raise SystemExit(f"onnxruntime-genai failed on {package}:\n{out.stderr[-2000:]}")
-    data = json.loads(out.stdout.strip().splitlines()[-1])
-    return data["ids"], data["prefill_ms"], data["decode_tokens_per_s"]
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"onnxruntime-genai failed:\n{self.proc.stderr.read()[-2000:]}")
+        return json.loads(line)
+
+    def generate(self) -> tuple[list[int], float, float]:
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        data = self._read()
+        return data["ids"], data["prefill_ms"], data["decode_tokens_per_s"]
+
+    def close(self) -> None:
+        self.proc.stdin.write("quit\n")
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 def side_by_side(package: Path, ids, args) -> tuple:
-    """mobius-runtime and onnxruntime-genai alternating for args.rounds rounds."""
+    """mobius-runtime and onnxruntime-genai, one generation each in turn, rounds × runs times.
+
+    Alternating single generations (not blocks) gives both the same machine load;
+    the medians of each side's generations are compared.
+    """
     from mobius_runtime import Pipeline
 
     p = Pipeline.load(package, device="cpu", threads=args.threads)
     p.generate(input_ids=ids, max_new_tokens=4, stop_ids=())  # warm-up
     shared = ", ".join(f"{c}: {'shared' if on else 'concat'}" for c, on in p.kv_sharing.items())
+    og = OgProcess(args.og_python, package, ids, args.new, args.threads) if args.og_python else None
     ours, theirs = [], []
-    for _ in range(args.rounds):
-        ours.append(bench_mobius(p, ids, args.new, args.runs))
-        if args.og_python:
-            theirs.append(bench_og(args.og_python, package, ids, args.new, args.threads, args.runs))
+    try:
+        for _ in range(args.rounds * args.runs):
+            r = p.generate(input_ids=ids, max_new_tokens=args.new, stop_ids=())
+            ours.append((r.ids, r.prefill_ms, r.decode_tokens_per_s))
+            if og is not None:
+                theirs.append(og.generate())
+    finally:
+        if og is not None:
+            og.close()
     for m in ours[1:]:
         assert m[0] == ours[0][0], "mobius-runtime is not deterministic"
-    m_pre = statistics.median(m[1] for m in ours)
-    m_tps = statistics.median(m[2] for m in ours)
-    og = None
+    summary = None
     if theirs:
-        og = (
+        summary = (
             theirs[0][0],
             statistics.median(t[1] for t in theirs),
             statistics.median(t[2] for t in theirs),
         )
-    return ours[0][0], m_pre, m_tps, shared, og
+    return (
+        ours[0][0],
+        statistics.median(m[1] for m in ours),
+        statistics.median(m[2] for m in ours),
+        shared,
+        summary,
+    )
 
 
 def bench_hf(source: Path, ids: list[int], new: int, threads: int, runs: int):
@@ -170,7 +190,9 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=3, help="alternations with onnxruntime-genai")
+    ap.add_argument(
+        "--rounds", type=int, default=3, help="with --runs: generations per side, taken in turns"
+    )
     default_og = ROOT / ".venv" / "bin" / "python"
     ap.add_argument(
         "--og-python",
@@ -193,7 +215,7 @@ def main() -> None:
         hf = None if args.no_hf else bench_hf(source, ids, args.new, args.threads, args.runs)
         print(
             f"{which}: prompt {len(ids)}, {args.new} new tokens, {args.threads} threads, "
-            f"median of {args.rounds} rounds x {args.runs} runs; {load_average()}"
+            f"median of {args.rounds * args.runs} alternating generations; {load_average()}"
         )
         for target, m_ids, m_pre, m_tps, shared, og in rows:
             line = (

@@ -2,19 +2,21 @@
 
 Called by ``benchmarks/decode.py`` in a subprocess of the venv that holds
 onnxruntime-genai (it brings its own onnxruntime, so it never shares one with
-onnxruntime-gpu). Prints one JSON line: the generated ids, the median prefill ms
-and the median decode tokens/s over ``--runs`` runs, measured as mobius-runtime
-measures them (prefill: appending the prompt; decode: the steps after the first
-token, per generated token).
+onnxruntime-gpu). The model is loaded and warmed up once; then each line read from
+stdin runs one greedy generation and answers one JSON line: the generated ids, the
+prefill ms and the decode tokens/s, measured as mobius-runtime measures them
+(prefill: appending the prompt and choosing the first id; decode: the steps after
+it, per generated token). ``decode.py`` alternates these with its own generations so
+that both see the same machine load. A line ``quit`` (or end of input) ends it.
 
-Usage: python og_decode.py PACKAGE --ids 2,40,41 --new 64 --threads 2 --runs 3
+Usage: python og_decode.py PACKAGE --ids 2,40,41 --new 64 --threads 2
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import sys
 import time
 
 
@@ -26,7 +28,6 @@ def main() -> None:
     ap.add_argument("--ids", required=True, help="comma-separated prompt ids")
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     ids = [int(i) for i in args.ids.split(",")]
     config = og.Config(args.package)
@@ -57,16 +58,13 @@ def main() -> None:
         return out, (t1 - t0) * 1000.0, (len(out) - 1) / max(t2 - t1, 1e-9)
 
     once(4)  # warm-up
-    runs = [once(args.new) for _ in range(args.runs)]
-    print(
-        json.dumps(
-            {
-                "ids": runs[0][0],
-                "prefill_ms": statistics.median(r[1] for r in runs),
-                "decode_tokens_per_s": statistics.median(r[2] for r in runs),
-            }
-        )
-    )
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "quit":
+            break
+        ids_out, prefill_ms, rate = once(args.new)
+        answer = {"ids": ids_out, "prefill_ms": prefill_ms, "decode_tokens_per_s": rate}
+        print(json.dumps(answer), flush=True)
 
 
 if __name__ == "__main__":

@@ -114,16 +114,16 @@ def decode_bytes(package: Path) -> int:
 
 
 def check_checkpoint(name: str, source: Path, work: Path, deadline: float, bw: float) -> bool:
-    import mobius
-
     ok = True
     log(f"== {name}: {source}")
     ids = np.array([[2, *np.random.default_rng(0).integers(10, 300, 31).tolist()]], np.int64)
     reference = build(source, work / f"{name}-cpu-f32", "f32", "default")
     ref = prefill_logits(reference, "cpu", ids)
     variants = [("f16", None), ("bf16", None)]
-    if "quant" in inspect.signature(mobius.build).parameters:
-        variants.append(("int4", "int4"))
+    from mobius import builder
+
+    if "quant" in inspect.signature(builder.build).parameters:
+        variants.append(("int4", "int4"))  # int4 weights, f16 activations
     else:
         log("  int4: not built (this mobius-core's build has no quant option yet)")
     for label, quant in variants:

@@ -94,3 +94,20 @@ def test_prompt_longer_than_context_is_refused(single_pkg):
         p.generate(input_ids=[3] * 64, max_new_tokens=2)
     r = p.generate(input_ids=[3] * 62, max_new_tokens=10, stop_ids=())
     assert r.stop_reason == "context_length" and len(r.ids) == 3
+
+
+def test_public_io_binding_path_gives_the_same_ids(single_pkg, monkeypatch):
+    """StepBinding's fallback (onnxruntime's public wrapper) equals its C-level path."""
+    from mobius_runtime import iobind
+
+    p = Pipeline.load(single_pkg, device="cpu")
+    fast = p.generate(input_ids=[3, 4, 5], max_new_tokens=6, stop_ids=())
+    init = iobind.StepBinding.__init__
+
+    def public_only(self, session):
+        init(self, session)
+        self._fast = False
+
+    monkeypatch.setattr(iobind.StepBinding, "__init__", public_only)
+    slow = p.generate(input_ids=[3, 4, 5], max_new_tokens=6, stop_ids=())
+    assert slow.ids == fast.ids == _reference_greedy([3, 4, 5], 6)

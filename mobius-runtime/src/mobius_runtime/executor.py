@@ -35,6 +35,7 @@ import numpy as np
 
 from mobius_runtime.errors import RequestError
 from mobius_runtime.feeds import to_ortvalue, zeros
+from mobius_runtime.iobind import StepBinding
 from mobius_runtime.kvshare import SEQ_AXIS, SharePlan
 from mobius_runtime.plan import Plan
 
@@ -188,8 +189,7 @@ class Executor:
         values: dict[str, Any] = {}
         host_outputs = set(self.plan.outputs)
         for comp in run:
-            session = self.session_of(comp)
-            binding = session.io_binding()
+            binding = StepBinding(self.session_of(comp))
             inputs, names = self.io(comp)
             share = self.shared(comp) if capacity is not None else None
             buffers: dict[str, Any] = {}
@@ -213,16 +213,15 @@ class Executor:
                         past_len,
                         generated,
                     )
-                binding.bind_ortvalue_input(name, value)
+                binding.input(name, value)
             bound = share.outputs if share is not None else {}
             for name in names:
                 if name in bound:
-                    binding.bind_ortvalue_output(name, buffers[bound[name]])
+                    binding.output(name, buffers[bound[name]])
                     continue
                 on_host = self.device == "cpu" or f"{comp}.{name}" in host_outputs
-                binding.bind_output(name, "cpu" if on_host else self.device)
-            session.run_with_iobinding(binding)
-            for name, value in zip(names, binding.get_outputs()):
+                binding.output_on(name, "cpu" if on_host else self.device)
+            for name, value in zip(names, binding.run()):
                 # a shared present *is* its past buffer: keep that very OrtValue
                 values[f"{comp}.{name}"] = buffers[bound[name]] if name in bound else value
         return values

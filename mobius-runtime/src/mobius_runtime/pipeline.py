@@ -27,7 +27,7 @@ from mobius_runtime.executor import Executor
 from mobius_runtime.feeds import to_numpy
 from mobius_runtime.plan import Plan, compile_plan
 from mobius_runtime.requests import check_ids, check_logits, check_sampling, vocab_size
-from mobius_runtime.sampling import pick
+from mobius_runtime.sampling import Sampler
 from mobius_runtime.text import TOKENIZER_FILE, TextSide, as_ids, context_length
 
 log = logging.getLogger("mobius_runtime")
@@ -403,7 +403,7 @@ class Pipeline:
         capacity = prompt_len + max_new_tokens
         if self.context_length is not None:
             capacity = min(capacity, self.context_length)
-        sampler = _Sampler(do_sample, temperature, top_k, top_p, seed)
+        sampler = Sampler(do_sample, temperature, top_k, top_p, seed)
         result, _ = self.decode(
             caller, ids, None, 0, capacity, max_new_tokens, sampler, stop_ids, on_token
         )
@@ -468,7 +468,7 @@ class Pipeline:
         past: int,
         capacity: int | None,
         max_new_tokens: int,
-        sampler: _Sampler,
+        sampler: Sampler,
         stop_ids: Iterable[int] | None,
         on_token: Callable[[int, str], None] | None,
     ) -> tuple[GenerationResult, tuple[Any, int]]:
@@ -528,31 +528,6 @@ class Pipeline:
     @property
     def _vocab(self) -> int | None:
         return vocab_size(self.manifest)
-
-
-class _Sampler:
-    """Greedy or seeded sampling with fixed settings for one request."""
-
-    def __init__(
-        self, do_sample: bool, temperature: float, top_k: int, top_p: float, seed: int | None
-    ) -> None:
-        self.do_sample = do_sample
-        self.temperature = temperature
-        self.top_k = top_k
-        self.top_p = top_p
-        self.rng = np.random.default_rng(seed) if do_sample else None
-
-    def pick(self, logits: np.ndarray) -> int:
-        if not self.do_sample:
-            return int(np.argmax(logits))
-        return pick(
-            logits,
-            do_sample=True,
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            rng=self.rng,
-        )
 
 
 class _GraphPorts:

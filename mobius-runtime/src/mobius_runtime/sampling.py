@@ -43,3 +43,28 @@ def pick(
         probs = np.where(mask, probs, 0.0)
         probs /= probs.sum()
     return int(rng.choice(probs.size, p=probs))
+
+
+class Sampler:
+    """Greedy or seeded sampling with fixed settings for one request."""
+
+    def __init__(
+        self, do_sample: bool, temperature: float, top_k: int, top_p: float, seed: int | None
+    ) -> None:
+        self.do_sample = do_sample
+        self.temperature = temperature
+        self.top_k = top_k
+        self.top_p = top_p
+        self.rng = np.random.default_rng(seed) if do_sample else None
+
+    def pick(self, logits: np.ndarray) -> int:
+        if not self.do_sample:
+            return int(np.argmax(logits))
+        return pick(
+            logits,
+            do_sample=True,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            rng=self.rng,
+        )

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mobius_runtime.chat import parse_messages
 from mobius_runtime.requests import check_sampling
+from mobius_runtime.sampling import Sampler
 from mobius_runtime.text import as_ids
 
 if TYPE_CHECKING:
@@ -43,15 +44,13 @@ class ChatSession:
         seed: int | None = None,
         stop_ids: Iterable[int] | None = None,
     ) -> None:
-        from mobius_runtime.pipeline import _Sampler
-
         pipeline.check_generative()
         check_sampling(do_sample, temperature, top_k, top_p, seed)
         self.pipeline = pipeline
         self.system = system
         self.max_new_tokens = max_new_tokens
         self.stop_ids = None if stop_ids is None else list(stop_ids)
-        self._sampler = _Sampler(do_sample, temperature, top_k, top_p, seed)
+        self._sampler = Sampler(do_sample, temperature, top_k, top_p, seed)
         self.reset()
 
     def reset(self) -> None:
