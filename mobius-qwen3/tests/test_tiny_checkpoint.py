@@ -51,8 +51,8 @@ def test_bundled_tokenizer_matches_config():
 @pytest.mark.l2
 @pytest.mark.parametrize("target", ["default", "cpu"])
 def test_bundled_builds_and_generates(mobius_build, target):
-    """Built package carries genai_config + tokenizer files; the runtime generates from
-    a chat prompt with the plugin's stop ids."""
+    """Built package carries genai_config, tokenizer files and (copied by core) the chat
+    template; the runtime generates from chat messages through that template."""
     pytest.importorskip("onnxruntime")
     from mobius_runtime import Pipeline
 
@@ -62,9 +62,15 @@ def test_bundled_builds_and_generates(mobius_build, target):
     genai = json.loads((package / "genai_config.json").read_text())
     assert genai["model"]["type"] == "qwen3"
     assert genai["model"]["eos_token_id"] == [2, 0]
-    result = Pipeline.load(package, device="cpu").generate("We hold", max_new_tokens=8)
+    pipeline = Pipeline.load(package, device="cpu")
+    messages = [{"role": "user", "content": "We hold"}]
+    result = pipeline.generate(messages=messages, max_new_tokens=8)
     assert 1 <= len(result.ids) <= 8
     assert result.prompt_ids[:1] == [1]  # <|im_start|>: the ChatML prompt, no BOS added
+    from mobius_qwen3.processors import format_chat_prompt
+
+    # the plugin's built-in layout (used without a template) is what the template renders
+    assert pipeline.apply_chat_template(messages) == format_chat_prompt("We hold")
 
 
 @pytest.mark.l3
@@ -82,3 +88,21 @@ def test_bundled_checkpoint_matches_hf(mobius_build, hf_reference):
     print(f"\n[L3] testdata/tiny-qwen3 f32: max|Δ| {delta:.3e}")
     assert delta <= 1e-4
     assert (ref.argmax(-1) == got.argmax(-1)).all()
+
+
+@pytest.mark.l2
+def test_int4_needs_no_plugin_code(tmp_path):
+    """``--quant int4`` is core's rewrite: every projection of every layer (4 attention,
+    3 MLP) becomes MatMulNBits, and the package still runs."""
+    pytest.importorskip("onnxruntime")
+    import onnx
+
+    import mobius
+    from mobius_runtime import Pipeline
+
+    package = mobius.build(str(TINY), tmp_path / "int4", quant="int4").out
+    graph = onnx.load(str(package / "model" / "model.onnx"), load_external_data=False).graph
+    nbits = sum(node.op_type == "MatMulNBits" for node in graph.node)
+    assert nbits >= 7 * _json("config.json")["num_hidden_layers"]
+    ids = Pipeline.load(package, device="cpu").generate(input_ids=[5, 6, 7], max_new_tokens=4).ids
+    assert len(ids) >= 1
