@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from make_tiny_checkpoint import VOCAB, make_tokenizer  # noqa: E402
+from make_tiny_checkpoint import VOCAB, make_tokenizer
 
 SEED = 31337
 SPECIAL = {
