@@ -1,9 +1,9 @@
 """docs/architecture.md §1's dependency rules, enforced on the source tree and at import time.
 
-- torch and transformers are never imported by mobius-core, mobius-gemma4 or
-  mobius-runtime (not even lazily inside a function): building and running a model
-  must work without them.
-- onnxruntime is never imported by mobius-core or mobius-gemma4.
+- torch and transformers are never imported by mobius-core, mobius-gemma4,
+  mobius-qwen3 or mobius-runtime (not even lazily inside a function): building and
+  running a model must work without them.
+- onnxruntime is never imported by mobius-core or a family (mobius-gemma4, mobius-qwen3).
 - core never imports a plugin; plugins never import each other, except
   mobius-testing → mobius-runtime.
 - every third-party module a distribution's src imports is declared in its
@@ -154,7 +154,8 @@ def _loaded_after(roots: list[str], walk: list[str]) -> set[str]:
     only mobius-core is installed (the ``core`` tox env).
     """
     env = dict(os.environ)
-    extra = [str(REPO / f / "src") for f in ("mobius-gemma4", "mobius-runtime", "mobius-testing")]
+    folders = ("mobius-gemma4", "mobius-qwen3", "mobius-runtime", "mobius-testing")
+    extra = [str(REPO / f / "src") for f in folders]
     env["PYTHONPATH"] = os.pathsep.join([*extra, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.pop("MOBIUS_PLUGINS", None)
     done = subprocess.run(
@@ -182,6 +183,12 @@ def test_gemma4_imports_no_forbidden_module() -> None:
     assert loaded & RULES["mobius-gemma4"][1] == set()
 
 
+def test_qwen3_imports_no_forbidden_module() -> None:
+    loaded = _loaded_after(_entry_point_modules("mobius-qwen3"), ["mobius_qwen3"])
+    assert "mobius_qwen3" in loaded
+    assert loaded & RULES["mobius-qwen3"][1] == set()
+
+
 def test_plugin_entry_points_import_no_reference_stack() -> None:
     """The modules the CLI loads at start-up (every entry point) stay light.
 
@@ -190,7 +197,7 @@ def test_plugin_entry_points_import_no_reference_stack() -> None:
     """
     modules = [
         m
-        for f in ("mobius-gemma4", "mobius-runtime", "mobius-testing")
+        for f in ("mobius-gemma4", "mobius-qwen3", "mobius-runtime", "mobius-testing")
         for m in _entry_point_modules(f)
     ]
     assert modules, "no plugin declares a mobius entry point"

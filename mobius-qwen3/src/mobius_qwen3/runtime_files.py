@@ -4,8 +4,8 @@ onnxruntime-genai 0.18 runs model type ``qwen3`` as a plain decoder LLM: one
 ``decoder`` graph with its default port names, which are exactly this package's
 (``input_ids``, ``attention_mask``, ``position_ids``, ``past_key_values.{i}.key`` /
 ``present.{i}.key``, ``logits``). qwen3_moe packages have the same ports and use the same
-type. Tokenizer files (and the chat template, where the checkpoint has one) are copied
-when present.
+type. Tokenizer files are copied when present; the chat template is core's business
+(``mobius.chat_files`` copies it for every family).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
     "generation_config.json",
-    "chat_template.jinja",
     "special_tokens_map.json",
     "vocab.json",
     "merges.txt",

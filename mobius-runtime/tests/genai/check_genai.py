@@ -5,12 +5,13 @@ onnxruntime-gpu, plus the mobius distributions (tox env ``genai``)::
 
     python mobius-runtime/tests/genai/check_genai.py [--out /tmp/genai-check] [--only NAME]
 
-Builds the bundled tiny checkpoints under testdata/ and runs five cases:
+Builds the bundled tiny checkpoints under testdata/ and runs seven cases:
 
 - ``text``: the text-only ``tiny-gemma4`` (``gemma4_text``), the multimodal
-  ``tiny-gemma4-mm`` (``gemma4``) and ``tiny-gemma4-unified`` (``gemma4_unified``)
-  on a chat-formatted text prompt, tokenized by onnxruntime-genai's ``og.Tokenizer``
-  from the package's ``tokenizer.json``;
+  ``tiny-gemma4-mm`` (``gemma4``), ``tiny-gemma4-unified`` (``gemma4_unified``) and
+  ``tiny-qwen3`` (``qwen3``) on a text prompt laid out by the package's chat layout
+  (``Pipeline.apply_chat_template``, what ``mobius run`` sends), tokenized by
+  onnxruntime-genai's ``og.Tokenizer`` from the package's ``tokenizer.json``;
 - ``image`` / ``audio``: ``tiny-gemma4-mm`` on ``testdata/media/tiny.png`` /
   ``tiny.wav``, processed by onnxruntime-genai's own ``og.MultiModalProcessor``
   (``image_processor.json`` / ``audio_processor.json`` of the package) and by
@@ -78,6 +79,7 @@ CASES = (
     Case("tiny-gemma4-mm", "image", "Describe this picture.", TESTDATA / "media" / "tiny.png"),
     Case("tiny-gemma4-mm", "audio", "Transcribe this clip.", TESTDATA / "media" / "tiny.wav"),
     Case("tiny-gemma4", "text", "Hello, tell me about the sea.", quant="int4"),
+    Case("tiny-qwen3", "text", "Hello, tell me about the sea."),
 )
 
 
@@ -121,12 +123,16 @@ def og_layout_ids(pipeline, case: Case, ours_prompt: list[int]) -> list[int]:
     token = IMAGE_TOKEN if case.kind == "image" else AUDIO_TOKEN
     tokenizer = pipeline.text.tokenizer
     n = ours_prompt.count(tokenizer.token_to_id(token))
-    chat = chat_text(case).replace(token, OG_MEDIA_WRAP + token + OG_MEDIA_WRAP)
+    chat = chat_text(case, pipeline).replace(token, OG_MEDIA_WRAP + token + OG_MEDIA_WRAP)
     counts = ([n], []) if case.kind == "image" else ([], [n])
     return list(tokenizer.encode(expand_prompt(chat, *counts), add_special_tokens=False).ids)
 
 
-def chat_text(case: Case) -> str:
+def chat_text(case: Case, pipeline) -> str:
+    """Text cases: the package's chat layout (any family); media cases: Gemma 4's layout
+    with its placeholders."""
+    if case.kind == "text":
+        return pipeline.apply_chat_template([{"role": "user", "content": case.prompt}])
     from mobius_gemma4.processors import format_chat_prompt
 
     return format_chat_prompt(
@@ -191,8 +197,9 @@ def run_case(case: Case, package: Path, pipeline, model) -> tuple[bool, str]:
     if case.kind == "audio":
         media = {"audio": [str(case.media)]}
     t0 = time.perf_counter()
-    ours_hf = pipeline.generate(prompt=chat_text(case), max_new_tokens=NEW_TOKENS, **media)
-    theirs_prompt, inputs = og_prompt(model, case, chat_text(case))
+    chat = chat_text(case, pipeline)
+    ours_hf = pipeline.generate(prompt=chat, max_new_tokens=NEW_TOKENS, **media)
+    theirs_prompt, inputs = og_prompt(model, case, chat)
     expected = (
         ours_hf.prompt_ids
         if case.kind == "text"

@@ -1,9 +1,26 @@
 """Shared graph components (``onnxscript.nn.Module`` subclasses) and graph helpers.
 
-Every family plugin builds its graphs from these pieces so that numerics that are
-easy to get wrong (float32 RMSNorm accumulation, rotary layout, KV-cache layout)
-are written and tested once. Each module's docstring pins its constructor and
-``forward(op, ...)`` signature; see docs/internals.md.
+Both families (Gemma 4 and Qwen3) build their graphs from these pieces, so numerics
+that are easy to get wrong (float32 RMSNorm accumulation, rotary layout, KV-cache
+layout) are written and tested once. One documented signature each (the docstrings
+pin constructor and ``forward(op, ...)``; docs/internals.md, and docs/writing-a-plugin.md
+§6 for how a family uses them):
+
+- ``Linear`` (optional bias), ``linear_transposed`` (a ``[out, in]`` head, tied or not),
+  ``Embedding``;
+- ``RMSNorm`` (with / without weight, ``1 + w`` via ``weight_offset``, Llama/Qwen weight
+  order via ``weight_after_cast``);
+- ``rope_inv_freq`` (HF rope types incl. partial rotary), ``rotary_cos_sin`` (in-graph
+  cos/sin), ``apply_rotary``; ``RotaryEmbedding`` / ``rotary_tables`` (build-time tables);
+- ``allowed_positions`` (causal / sliding / padding, plus a family overlay),
+  ``additive_attention_mask``, ``gqa_lengths``;
+- ``Attention``, ``GroupQueryAttention``, ``gqa_available`` / ``GQA_DTYPES``;
+- ``GatedMLP`` and ``activation``; ``route`` + ``RoutedExperts`` (routed MoE);
+- graph helpers ``new_graph`` / ``add_input`` / ``add_output`` / ``constant`` /
+  ``finish_model`` and dtype names.
+
+Family-specific blocks (Gemma's per-layer embeddings, image-block masks, clipped linears;
+Qwen3's sparse-layer choice) stay in the families.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ past and current tokens. Query row ``i`` of the current step sits at cache posit
 ``T - S + i``; it may see key ``j`` when ``j <= T - S + i`` (causal), the key is not
 padding, and — for sliding-window layers with HF ``sliding_window`` W —
 ``(T - S + i) - j < W``. Family-specific rules (bidirectional image spans, …) belong in
-the family's plugin; these helpers cover the common causal cases.
+the family's plugin, which passes them in as ``also``: an extra bool ``[B, 1, S, T]`` of
+pairs allowed besides causality, ORed either before the window (the window still
+applies) or after it (``also_within_window=False``: the extra pairs bypass the window).
 """
 
 from __future__ import annotations
@@ -38,11 +40,16 @@ def allowed_positions(
     query: ir.Value,
     *,
     sliding_window: int | None = None,
+    also: ir.Value | None = None,
+    also_within_window: bool = True,
 ) -> ir.Value:
     """Bool ``[B, 1, S, T]``: True where query ``i`` may attend key ``j``.
 
     ``attention_mask`` int ``[B, T]``; ``query`` is any value whose axis 1 is the current
-    step length ``S`` (``input_ids`` or hidden states).
+    step length ``S`` (``input_ids`` or hidden states). ``also`` (bool, broadcastable to
+    ``[B, 1, S, T]``) allows more pairs: ``(causal ∨ also) ∧ window`` by default,
+    ``(causal ∧ window) ∨ also`` with ``also_within_window=False``. Padding keys
+    (``attention_mask == 0``) are never allowed.
     """
     total = _dim(op, attention_mask, 1)
     steps = _dim(op, query, 1)
@@ -51,10 +58,19 @@ def allowed_positions(
     q_col = op.Unsqueeze(q_idx, [1])  # [S, 1]
     kv_row = op.Unsqueeze(kv_idx, [0])  # [1, T]
     allowed = op.LessOrEqual(kv_row, q_col)  # [S, T]
+    window = None
     if sliding_window is not None:
-        allowed = op.And(allowed, op.Greater(kv_row, op.Sub(q_col, int(sliding_window))))
+        window = op.Greater(kv_row, op.Sub(q_col, int(sliding_window)))
+    if also is not None and also_within_window:
+        allowed = op.Or(allowed, also)  # [B, 1, S, T]
+    if window is not None:
+        allowed = op.And(allowed, window)
+    if also is not None and not also_within_window:
+        allowed = op.Or(allowed, also)
     keep = op.Unsqueeze(op.Cast(attention_mask, to=ir.DataType.BOOL), [1, 2])  # [B, 1, 1, T]
-    return op.And(op.Unsqueeze(allowed, [0, 1]), keep)
+    if also is None:
+        allowed = op.Unsqueeze(allowed, [0, 1])
+    return op.And(allowed, keep)
 
 
 def additive_attention_mask(

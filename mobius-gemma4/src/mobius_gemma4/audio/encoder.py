@@ -22,11 +22,12 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import OpBuilder, nn
 
+from mobius.components import Linear, RMSNorm
 from mobius.components.dtypes import ir_dtype
 from mobius.components.graph import add_input, add_output, constant, finish_model, new_graph
 from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE, BuildOptions
 from mobius_gemma4.audio.config import Gemma4AudioConfig
-from mobius_gemma4.vision.layers import BOOL, F32, ClippableLinear, Norm, rms_norm_f32
+from mobius_gemma4.vision.layers import BOOL, F32, ClippableLinear, MultimodalEmbedder
 
 AUDIO_COMPONENT = "audio_encoder"
 """Component name of the audio graph in a package contract."""
@@ -126,8 +127,8 @@ class FeedForward(nn.Module):
         self.clip, self.weight_ = clip, cfg.residual_weight
         self.ffw_layer_1 = ClippableLinear(h, 4 * h, c, dtype=dtype)
         self.ffw_layer_2 = ClippableLinear(4 * h, h, c, dtype=dtype)
-        self.pre_layer_norm = Norm(h, HF_DEFAULT_EPS, dtype=dtype)
-        self.post_layer_norm = Norm(h, HF_DEFAULT_EPS, dtype=dtype)
+        self.pre_layer_norm = RMSNorm(h, HF_DEFAULT_EPS, dtype=dtype)
+        self.post_layer_norm = RMSNorm(h, HF_DEFAULT_EPS, dtype=dtype)
 
     def forward(self, op, x, lo, hi):
         y = self.pre_layer_norm(op, op.Clip(x, lo, hi))
@@ -200,8 +201,8 @@ class LightConv(nn.Module):
         self.linear_start = ClippableLinear(h, 2 * h, c, dtype=dtype)
         self.linear_end = ClippableLinear(h, h, c, dtype=dtype)
         self.depthwise_conv1d = _Weight([h, 1, cfg.conv_kernel_size], dtype)
-        self.pre_layer_norm = Norm(h, cfg.rms_norm_eps, dtype=dtype)
-        self.conv_norm = Norm(h, cfg.rms_norm_eps, dtype=dtype)
+        self.pre_layer_norm = RMSNorm(h, cfg.rms_norm_eps, dtype=dtype)
+        self.conv_norm = RMSNorm(h, cfg.rms_norm_eps, dtype=dtype)
 
     def forward(self, op, x, lo, hi):
         y = self.linear_start(op, self.pre_layer_norm(op, x))
@@ -223,9 +224,9 @@ class ConformerLayer(nn.Module):
         self.feed_forward2 = FeedForward(cfg, dtype, clip)
         self.self_attn = AudioAttention(cfg, dtype)
         self.lconv1d = LightConv(cfg, dtype)
-        self.norm_pre_attn = Norm(h, HF_DEFAULT_EPS, dtype=dtype)
-        self.norm_post_attn = Norm(h, HF_DEFAULT_EPS, dtype=dtype)
-        self.norm_out = Norm(h, HF_DEFAULT_EPS, dtype=dtype)
+        self.norm_pre_attn = RMSNorm(h, HF_DEFAULT_EPS, dtype=dtype)
+        self.norm_post_attn = RMSNorm(h, HF_DEFAULT_EPS, dtype=dtype)
+        self.norm_out = RMSNorm(h, HF_DEFAULT_EPS, dtype=dtype)
 
     def forward(self, op, x, lo, hi, table, allowed, rel_index):
         x = self.feed_forward1(op, x, lo, hi)
@@ -249,7 +250,7 @@ class AudioTower(nn.Module):
         self.layers = nn.ModuleList(
             [ConformerLayer(cfg, dtype, self.clip) for _ in range(cfg.num_hidden_layers)]
         )
-        self.output_proj = _LinearBias(cfg.hidden_size, cfg.output_proj_dims, dtype)
+        self.output_proj = Linear(cfg.hidden_size, cfg.output_proj_dims, True, dtype=dtype)
 
     def _window(self, op, mask):
         """``allowed [B, 1, T, T]`` (window ∧ key valid) and relative index ``[T, T]``."""
@@ -279,30 +280,6 @@ class AudioTower(nn.Module):
         return self.output_proj(op, x), mask
 
 
-class _LinearBias(nn.Module):
-    def __init__(self, n_in: int, n_out: int, dtype: str) -> None:
-        super().__init__()
-        self.weight = nn.Parameter([n_in, n_out], dtype=ir_dtype(dtype))
-        self.bias = nn.Parameter([n_out], dtype=ir_dtype(dtype))
-
-    def forward(self, op, x):
-        return op.Add(op.MatMul(x, self.weight), self.bias)
-
-
-class AudioEmbedder(nn.Module):
-    """``embed_audio``: weightless RMSNorm (primitive ops, docs/gemma4.md §9) then projection to H."""
-
-    def __init__(self, cfg: Gemma4AudioConfig, text_hidden_size: int, dtype: str) -> None:
-        super().__init__("embed_audio")
-        self.eps = cfg.rms_norm_eps
-        self.embedding_projection = ClippableLinear(
-            cfg.output_proj_dims, text_hidden_size, False, dtype=dtype
-        )
-
-    def forward(self, op, x):
-        return self.embedding_projection(op, rms_norm_f32(op, x, self.eps))
-
-
 def build_audio_encoder(
     cfg: Gemma4AudioConfig, text_hidden_size: int, options: BuildOptions
 ) -> ir.Model:
@@ -312,7 +289,10 @@ def build_audio_encoder(
     feats = add_input(op, "input_features", dtype, ("batch", "time", cfg.num_mel_bins))
     mask = add_input(op, "input_features_mask", "bool", ("batch", "time"))
     hidden, out_mask = AudioTower(cfg, dtype)(op, feats, mask)
-    emb = AudioEmbedder(cfg, text_hidden_size, dtype)(op, hidden)
+    embedder = MultimodalEmbedder(
+        cfg.output_proj_dims, text_hidden_size, cfg.rms_norm_eps, dtype, "embed_audio"
+    )
+    emb = embedder(op, hidden)
     rows = op.Reshape(op.Cast(emb, to=F32), op.Constant(value_ints=[-1, text_hidden_size]))
     keep = op.Reshape(out_mask, op.Constant(value_ints=[-1]))
     out = op.CastLike(op.Compress(rows, keep, axis=0), emb)

@@ -26,16 +26,18 @@ import logging
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius.components import GroupQueryAttention, Linear, RMSNorm
+from mobius.components import (
+    GroupQueryAttention,
+    Linear,
+    RMSNorm,
+    apply_rotary,
+    gqa_available,
+)
 from mobius_gemma4.config import FULL, Gemma4TextConfig
 
 log = logging.getLogger("mobius_gemma4.text")
 
 ATTENTION, GQA = "Attention", "GroupQueryAttention"
-_F32, _F16, _BF16 = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16
-GQA_DTYPES = {"cpu": (_F32, _F16), "cuda": (_F16, _BF16)}
-"""Build dtypes onnxruntime 1.31 has a GroupQueryAttention kernel for, per target
-(CPU: float/float16 — no bfloat16 kernel, measured; CUDA: float16/bfloat16)."""
 
 
 def attention_paths(
@@ -55,9 +57,9 @@ def attention_paths(
     ``Attention``; full layers are causal-only in HF even then (docs/gemma4.md §4), except
     with ``overlay_full_layers`` (``gemma4_unified``), where every layer keeps ``Attention``.
     """
-    if target not in GQA_DTYPES:
+    if target == "default":
         return (ATTENTION,) * cfg.num_hidden_layers
-    if dtype not in GQA_DTYPES[target]:
+    if not gqa_available(target, dtype):
         log.info(
             "target %s, dtype %s: onnxruntime has no GroupQueryAttention kernel for this "
             "dtype; every layer keeps the exact ONNX Attention path",
@@ -126,7 +128,7 @@ class Gemma4Attention(nn.Module):
             return self._forward_gqa(op, x, cos, sin, mask, past, shared)
         to_bnsh = [0, 2, 1, 3]
         q = self.q_norm(op, self._heads(op, self.q_proj(op, x), self.nh))
-        q = op.RotaryEmbedding(op.Transpose(q, perm=to_bnsh), cos, sin)
+        q = apply_rotary(op, op.Transpose(q, perm=to_bnsh), cos, sin)
         attrs = {"scale": 1.0}
         if self.dtype != ir.DataType.FLOAT:
             attrs["softmax_precision"] = 1
@@ -137,7 +139,7 @@ class Gemma4Attention(nn.Module):
         else:
             k_raw = self._heads(op, self.k_proj(op, x), self.kvh)
             v_raw = k_raw if self.k_eq_v else self._heads(op, self.v_proj(op, x), self.kvh)
-            k = op.RotaryEmbedding(op.Transpose(self.k_norm(op, k_raw), perm=to_bnsh), cos, sin)
+            k = apply_rotary(op, op.Transpose(self.k_norm(op, k_raw), perm=to_bnsh), cos, sin)
             v = op.Transpose(self.v_norm(op, v_raw), perm=to_bnsh)
             past_k, past_v = past
             y, present_k, present_v = op.Attention(
@@ -149,7 +151,7 @@ class Gemma4Attention(nn.Module):
     def _forward_gqa(self, op, x, cos, sin, lengths, past, shared):
         seqlens_k, total = lengths
         q = self._flat(op, self.q_norm(op, self._heads(op, self.q_proj(op, x), self.nh)))
-        q = op.RotaryEmbedding(q, cos, sin, num_heads=self.nh)
+        q = apply_rotary(op, q, cos, sin, num_heads=self.nh)
         if self.consumer:
             # empty [B, 0, kvh·hd] K/V: GQA appends nothing to the producer's cache
             empty = op.Slice(q, [0, 0], [0, self.kvh * self.hd], [1, 2])
@@ -158,7 +160,7 @@ class Gemma4Attention(nn.Module):
             return self.o_proj(op, y), past_k, past_v
         k_raw = self._heads(op, self.k_proj(op, x), self.kvh)
         v_raw = k_raw if self.k_eq_v else self._heads(op, self.v_proj(op, x), self.kvh)
-        k = op.RotaryEmbedding(self._flat(op, self.k_norm(op, k_raw)), cos, sin, num_heads=self.kvh)
+        k = apply_rotary(op, self._flat(op, self.k_norm(op, k_raw)), cos, sin, num_heads=self.kvh)
         v = self._flat(op, self.v_norm(op, v_raw))
         past_k, past_v = past
         y, present_k, present_v = self.gqa(op, q, k, v, past_k, past_v, seqlens_k, total)

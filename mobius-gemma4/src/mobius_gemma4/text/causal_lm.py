@@ -1,7 +1,8 @@
 """The single ``model`` graph (``gemma4_text``, docs/gemma4.md §8.4).
 
 input_ids → scaled embedding (+ PLE from raw ids) → layer stack → norm → head → softcap.
-A tied head reuses ``embed_tokens.weight`` through ``Gemm(transB=1)`` (one initializer);
+A tied head reuses ``embed_tokens.weight`` through ``Gemm(transB=1)`` (one initializer,
+:func:`mobius.components.linear_transposed`);
 an untied checkpoint's ``lm_head.weight`` is a separate ``[H, V]`` initializer.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius.components import linear_transposed
 from mobius.components.dtypes import ir_dtype
 from mobius.components.graph import finish_model, new_graph
 from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE
@@ -19,15 +21,6 @@ from mobius_gemma4.text.graph_io import declare_inputs, declare_outputs, inline_
 from mobius_gemma4.text.per_layer_embeddings import Gemma4PerLayerEmbedder
 from mobius_gemma4.text.primitives import ScaledEmbedding
 from mobius_gemma4.text.stack import Gemma4TextStack, softcap
-
-
-def tied_head(op, h, weight, vocab: int):
-    """``h [B, S, H] @ weight[V, H]ᵀ`` as one Gemm on ``[B·S, H]``."""
-    hidden = op.Shape(h, start=2, end=3)
-    flat = op.Reshape(h, op.Concat(op.Constant(value_ints=[-1]), hidden, axis=0))
-    logits = op.Gemm(flat, weight, transB=1)
-    out_shape = op.Concat(op.Shape(h, start=0, end=2), op.Constant(value_ints=[vocab]), axis=0)
-    return op.Reshape(logits, out_shape)
 
 
 class Gemma4CausalLM(nn.Module):
@@ -58,7 +51,7 @@ class Gemma4CausalLM(nn.Module):
         }
         h, present = self.stack(op, h, ins["attention_mask"], ins["position_ids"], past, ple)
         if cfg.tie_word_embeddings:
-            logits = tied_head(op, h, self.embed_tokens.weight, cfg.vocab_size)
+            logits = linear_transposed(op, h, self.embed_tokens.weight, cfg.vocab_size)
         else:
             logits = op.MatMul(h, self.lm_head)
         out = {"logits": softcap(op, logits, cfg.final_logit_softcapping)}

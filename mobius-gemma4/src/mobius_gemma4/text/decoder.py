@@ -4,7 +4,7 @@
 With the ``"vision"`` mask overlay it also takes ``input_ids`` to find image blocks.
 The decoder holds its own ``lm_head.weight`` in the checkpoint's ``[V, H]`` layout (a
 copy of ``embed_tokens`` for tied checkpoints), so the two graphs stay independent files;
-logits are one ``Gemm(transB=1)`` on ``[B·S, H]`` (:func:`tied_head`). Keeping the
+logits are one ``Gemm(transB=1)`` on ``[B·S, H]`` (:func:`mobius.components.linear_transposed`). Keeping the
 checkpoint layout lets the package writer stream the 0.8 GB table in chunks instead of
 materializing a transposed copy.
 """
@@ -14,12 +14,12 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius.components import linear_transposed
 from mobius.components.dtypes import ir_dtype
 from mobius.components.graph import finish_model, new_graph
 from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE
 from mobius_gemma4.config import Gemma4TextConfig
 from mobius_gemma4.ports import decoder_ports
-from mobius_gemma4.text.causal_lm import tied_head
 from mobius_gemma4.text.graph_io import declare_inputs, declare_outputs, inline_constants
 from mobius_gemma4.text.masks import image_block_ids
 from mobius_gemma4.text.stack import Gemma4TextStack, softcap
@@ -66,7 +66,7 @@ class Gemma4Decoder(nn.Module):
             ins.get("per_layer_inputs"),
             image_blocks=blocks,
         )
-        logits = tied_head(op, h, self.lm_head, cfg.vocab_size)
+        logits = linear_transposed(op, h, self.lm_head, cfg.vocab_size)
         out = {"logits": softcap(op, logits, cfg.final_logit_softcapping)}
         for i, (k, v) in present.items():
             out[f"present.{i}.key"], out[f"present.{i}.value"] = k, v

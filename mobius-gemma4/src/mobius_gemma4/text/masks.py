@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from mobius.components import allowed_positions
+
 INT64 = ir.DataType.INT64
 
 
@@ -40,8 +42,10 @@ def image_block_ids(op, input_ids, token_ids: tuple[int, ...]):
     return op.Where(hit, group, op.Constant(value_int=-1))
 
 
-def _same_block(op, blocks, past):
+def _same_block(op, blocks, query, attention_mask):
     """``[B, 1, S, T]``: query and key in the same image block (past keys are −1)."""
+    total = op.Shape(attention_mask, start=1, end=2)
+    past = op.Sub(total, op.Shape(query, start=1, end=2))
     batch = op.Shape(blocks, start=0, end=1)
     past_ids = op.ConstantOfShape(
         op.Concat(batch, past, axis=0),
@@ -54,31 +58,27 @@ def _same_block(op, blocks, past):
 
 
 def build_masks(
-    op, attention_mask, seq_len, window: int, image_blocks=None, *, overlay_full_layers=False
+    op, attention_mask, query, window: int, image_blocks=None, *, overlay_full_layers=False
 ):
     """Return ``(full_mask, sliding_mask)`` from the 2-D int64 ``attention_mask``.
 
-    ``seq_len`` is a 1-element int64 tensor holding S; ``image_blocks`` the ``[B, S]``
+    ``query`` is the step's hidden states (axis 1 = S); ``image_blocks`` the ``[B, S]``
     ids of :func:`image_block_ids` for the ``"vision"`` overlay (None: plain causal);
-    ``overlay_full_layers`` selects the ``gemma4_unified`` composition (module doc).
+    ``overlay_full_layers`` selects the ``gemma4_unified`` composition (module doc). The
+    causal, window and padding rules are :func:`mobius.components.allowed_positions`;
+    the image-block pairs go in as its ``also``.
     """
-    total = op.Shape(attention_mask, start=1, end=2)
-    past = op.Sub(total, seq_len)
-    q_pos = op.Range(op.Squeeze(past, [0]), op.Squeeze(total, [0]), 1)
-    k_pos = op.Range(0, op.Squeeze(total, [0]), 1)
-    q_col = op.Unsqueeze(q_pos, [1])  # [S, 1]
-    k_row = op.Unsqueeze(k_pos, [0])  # [1, T]
-    causal = op.LessOrEqual(k_row, q_col)  # [S, T]
-    in_window = op.Greater(k_row, op.Sub(q_col, window))
-    keep = op.Unsqueeze(op.Not(op.Equal(attention_mask, 0)), [1, 2])  # [B, 1, 1, T]
-    full = op.And(keep, causal)
-    if image_blocks is not None and overlay_full_layers:
-        same = _same_block(op, image_blocks, past)  # [B, 1, S, T]
-        full = op.And(keep, op.Or(causal, same))
-        sliding = op.And(keep, op.Or(op.And(causal, in_window), same))
-    elif image_blocks is None:
-        sliding = op.And(keep, op.And(causal, in_window))
-    else:
-        visible = op.Or(causal, _same_block(op, image_blocks, past))  # [B, 1, S, T]
-        sliding = op.And(keep, op.And(visible, in_window))
+    same = None
+    if image_blocks is not None:
+        same = _same_block(op, image_blocks, query, attention_mask)
+    full_extra = same if overlay_full_layers else None
+    full = allowed_positions(op, attention_mask, query, also=full_extra)
+    sliding = allowed_positions(
+        op,
+        attention_mask,
+        query,
+        sliding_window=window,
+        also=same,
+        also_within_window=not overlay_full_layers,
+    )
     return full, sliding

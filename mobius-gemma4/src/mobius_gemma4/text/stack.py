@@ -51,7 +51,6 @@ class Gemma4TextStack(nn.Module):
 
     def forward(self, op, h, attention_mask, position_ids, past, ple_flat=None, image_blocks=None):
         cfg = self.cfg
-        seq_len = op.Shape(h, start=1, end=2)
         if image_blocks is not None and any(
             p == GQA and (t != FULL or self.overlay_full_layers)
             for p, t in zip(self.paths, cfg.layer_types)
@@ -67,7 +66,7 @@ class Gemma4TextStack(nn.Module):
             full_mask, sliding_mask = build_masks(
                 op,
                 attention_mask,
-                seq_len,
+                h,
                 cfg.sliding_window,
                 image_blocks,
                 overlay_full_layers=self.overlay_full_layers,

@@ -30,11 +30,12 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import OpBuilder, nn
 
+from mobius.components import Linear
 from mobius.components.dtypes import ir_dtype
 from mobius.components.graph import add_input, add_output, finish_model, new_graph
 from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE, BuildOptions
 from mobius_gemma4.unified.config import UnifiedAudioConfig, UnifiedVisionConfig
-from mobius_gemma4.vision.layers import F32, rms_norm_f32
+from mobius_gemma4.vision.layers import F32, MultimodalEmbedder
 
 VISION_COMPONENT, AUDIO_COMPONENT = "vision_encoder", "audio_encoder"
 IMAGE_ROWS, AUDIO_ROWS = "num_image_tokens", "num_audio_tokens"
@@ -70,46 +71,19 @@ class LayerNorm(nn.Module):
         )
 
 
-class Dense(nn.Module):
-    """``nn.Linear`` with bias; ``weight`` stored ``[in, out]``."""
+class Dense(Linear):
+    """``nn.Linear`` with bias (:class:`mobius.components.Linear`), optionally run in float32."""
 
     def __init__(self, in_features: int, out_features: int, dtype: str) -> None:
-        super().__init__()
+        super().__init__(in_features, out_features, True, dtype=dtype)
         self.dtype = dtype
-        self.weight = nn.Parameter([in_features, out_features], dtype=ir_dtype(dtype))
-        self.bias = nn.Parameter([out_features], dtype=ir_dtype(dtype))
 
     def forward(self, op: OpBuilder, x: ir.Value, *, f32: bool = False) -> ir.Value:
         """``x @ W + b``; ``f32`` computes in float32 whatever the build dtype."""
         if f32:
             w, b = _f32(op, self.weight, self.dtype), _f32(op, self.bias, self.dtype)
             return op.Add(op.MatMul(_f32(op, x, self.dtype), w), b)
-        return op.Add(op.MatMul(x, self.weight), self.bias)
-
-
-class Linear(nn.Module):
-    """``nn.Linear`` without bias; ``weight`` stored ``[in, out]``."""
-
-    def __init__(self, in_features: int, out_features: int, dtype: str) -> None:
-        super().__init__()
-        self.weight = nn.Parameter([in_features, out_features], dtype=ir_dtype(dtype))
-
-    def forward(self, op: OpBuilder, x: ir.Value) -> ir.Value:
-        return op.MatMul(x, self.weight)
-
-
-class Projection(nn.Module):
-    """HF ``Gemma4UnifiedMultimodalEmbedder``: scale-free RMSNorm, then Linear (no bias)."""
-
-    def __init__(
-        self, in_features: int, out_features: int, eps: float, dtype: str, name: str | None = None
-    ) -> None:
-        super().__init__(name)
-        self.eps = float(eps)
-        self.embedding_projection = Linear(in_features, out_features, dtype)
-
-    def forward(self, op: OpBuilder, x: ir.Value) -> ir.Value:
-        return self.embedding_projection(op, rms_norm_f32(op, x, self.eps))
+        return super().forward(op, x)
 
 
 class VisionEmbedder(nn.Module):
@@ -124,7 +98,7 @@ class VisionEmbedder(nn.Module):
         self.patch_ln2 = LayerNorm(d, eps, dtype)
         self.pos_embedding = nn.Parameter([cfg.mm_posemb_size, 2, d], dtype=ir_dtype(dtype))
         self.pos_norm = LayerNorm(d, eps, dtype)
-        self.multimodal_embedder = Projection(d, text_hidden, cfg.rms_norm_eps, dtype)
+        self.multimodal_embedder = MultimodalEmbedder(d, text_hidden, cfg.rms_norm_eps, dtype)
 
     def _position(self, op: OpBuilder, coord: ir.Value, axis: int, like: ir.Value) -> ir.Value:
         """``P[clamp(c, 0), axis]``, zeroed where ``c == −1``."""
@@ -197,7 +171,9 @@ def build_unified_audio_encoder(
     (x_spec, mask_spec), (out_spec,) = audio_ports(cfg, text_hidden, dtype)
     x = add_input(op, *x_spec)
     mask = add_input(op, *mask_spec)
-    embedder = Projection(cfg.audio_embed_dim, text_hidden, cfg.rms_norm_eps, dtype, "embed_audio")
+    embedder = MultimodalEmbedder(
+        cfg.audio_embed_dim, text_hidden, cfg.rms_norm_eps, dtype, "embed_audio"
+    )
     feats = embedder(op, x)
     out = _keep_rows(op, feats, mask, text_hidden, dtype)
     add_output(op, out, out_spec[0], dtype=out_spec[1], shape=out_spec[2])

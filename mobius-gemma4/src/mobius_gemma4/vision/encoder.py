@@ -16,6 +16,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import OpBuilder, nn
 
+from mobius.components import RMSNorm
 from mobius.components.dtypes import ir_dtype
 from mobius.components.graph import add_input, add_output, finish_model, new_graph
 from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE, BuildOptions
@@ -25,8 +26,7 @@ from mobius_gemma4.vision.layers import (
     BOOL,
     F32,
     ClippableLinear,
-    Norm,
-    rms_norm_f32,
+    MultimodalEmbedder,
 )
 
 VISION_COMPONENT = "vision_encoder"
@@ -87,8 +87,9 @@ class VisionAttention(nn.Module):
         self.k_proj = ClippableLinear(h, kvh * hd, clip, dtype=dtype)
         self.v_proj = ClippableLinear(h, kvh * hd, clip, dtype=dtype)
         self.o_proj = ClippableLinear(nh * hd, h, clip, dtype=dtype)
-        self.q_norm = Norm(hd, cfg.rms_norm_eps, dtype=dtype)
-        self.k_norm = Norm(hd, cfg.rms_norm_eps, dtype=dtype)
+        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, dtype=dtype)
+        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, dtype=dtype)
+        self.v_norm = RMSNorm(hd, cfg.rms_norm_eps, with_weight=False, dtype=dtype)
 
     def _heads(self, op, x, n):
         return op.Reshape(x, op.Constant(value_ints=[0, 0, n, self.cfg.head_dim]))
@@ -113,9 +114,7 @@ class VisionAttention(nn.Module):
         cfg = self.cfg
         q = self.q_norm(op, self._heads(op, self.q_proj(op, x), cfg.num_attention_heads))
         k = self.k_norm(op, self._heads(op, self.k_proj(op, x), cfg.num_key_value_heads))
-        v = rms_norm_f32(
-            op, self._heads(op, self.v_proj(op, x), cfg.num_key_value_heads), cfg.rms_norm_eps
-        )
+        v = self.v_norm(op, self._heads(op, self.v_proj(op, x), cfg.num_key_value_heads))
         q = op.Transpose(_rope_2d(op, q, cos_sin), perm=[0, 2, 1, 3])
         k = self._repeat_kv(op, op.Transpose(_rope_2d(op, k, cos_sin), perm=[0, 2, 1, 3]))
         v = self._repeat_kv(op, op.Transpose(v, perm=[0, 2, 1, 3]))
@@ -151,10 +150,10 @@ class VisionLayer(nn.Module):
         eps, h = cfg.rms_norm_eps, cfg.hidden_size
         self.self_attn = VisionAttention(cfg, dtype)
         self.mlp = VisionMLP(cfg, dtype)
-        self.input_layernorm = Norm(h, eps, dtype=dtype)
-        self.post_attention_layernorm = Norm(h, eps, dtype=dtype)
-        self.pre_feedforward_layernorm = Norm(h, eps, dtype=dtype)
-        self.post_feedforward_layernorm = Norm(h, eps, dtype=dtype)
+        self.input_layernorm = RMSNorm(h, eps, dtype=dtype)
+        self.post_attention_layernorm = RMSNorm(h, eps, dtype=dtype)
+        self.pre_feedforward_layernorm = RMSNorm(h, eps, dtype=dtype)
+        self.post_feedforward_layernorm = RMSNorm(h, eps, dtype=dtype)
 
     def forward(self, op, x, cos_sin, key_bias):
         a = self.self_attn(op, self.input_layernorm(op, x), cos_sin, key_bias)
@@ -248,20 +247,6 @@ class VisionTower(nn.Module):
         return op.Mul(pooled, root), valid
 
 
-class VisionEmbedder(nn.Module):
-    """``embed_vision``: weightless RMSNorm then ``embedding_projection`` (hidden → H)."""
-
-    def __init__(self, cfg: Gemma4VisionConfig, text_hidden_size: int, dtype: str) -> None:
-        super().__init__("embed_vision")
-        self.eps = cfg.rms_norm_eps
-        self.embedding_projection = ClippableLinear(
-            cfg.hidden_size, text_hidden_size, False, dtype=dtype
-        )
-
-    def forward(self, op, x):
-        return self.embedding_projection(op, rms_norm_f32(op, x, self.eps))
-
-
 def build_vision_encoder(
     cfg: Gemma4VisionConfig, text_hidden_size: int, options: BuildOptions
 ) -> ir.Model:
@@ -277,7 +262,9 @@ def build_vision_encoder(
     pv = add_input(op, "pixel_values", dtype, ("batch", "num_patches", cfg.patch_dim))
     pos = add_input(op, "pixel_position_ids", "int64", ("batch", "num_patches", 2))
     tower = VisionTower(cfg, dtype)
-    embedder = VisionEmbedder(cfg, text_hidden_size, dtype)
+    embedder = MultimodalEmbedder(
+        cfg.hidden_size, text_hidden_size, cfg.rms_norm_eps, dtype, "embed_vision"
+    )
     feats = embedder(op, tower(op, pv, pos))
     add_output(
         op, feats, "image_features", dtype=dtype, shape=("num_image_tokens", text_hidden_size)
