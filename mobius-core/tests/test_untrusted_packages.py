@@ -120,6 +120,14 @@ def test_symlink_pointing_outside(package, outside):
     )
 
 
+def test_a_manifest_symlinked_from_outside_is_not_read(package, outside):
+    target = outside / MANIFEST_NAME
+    (package / MANIFEST_NAME).rename(target)
+    (package / MANIFEST_NAME).symlink_to(target)
+    (problem,) = verify_cli(package)
+    assert problem.startswith(f"{MANIFEST_NAME} resolves to {target}, outside the package")
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this OS")
 def test_a_fifo_is_not_read(package):
     (package / DATA).unlink()

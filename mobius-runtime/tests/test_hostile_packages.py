@@ -195,6 +195,13 @@ def test_symlinked_component_folder_pointing_outside(single_pkg, outside):
     refused(single_pkg, outside, "model/model.onnx: resolves to", "outside the package")
 
 
+def test_symlinked_manifest_pointing_outside(single_pkg, outside):
+    target = outside / "mobius.json"
+    (single_pkg / "mobius.json").rename(target)
+    (single_pkg / "mobius.json").symlink_to(target)
+    refused(single_pkg, outside, "mobius.json resolves to", "outside the package")
+
+
 def test_symlink_inside_the_package_is_fine(single_pkg):
     real = single_pkg / "tok-real.json"
     (single_pkg / "tokenizer.json").rename(real)

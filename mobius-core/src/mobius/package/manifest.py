@@ -64,6 +64,12 @@ def _read_manifest(root: Path) -> dict[str, Any]:
             where=str(root),
             fix="this is not a mobius package (or an unfinished one): rebuild it with mobius build",
         )
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise PackageError(
+            f"{MANIFEST_NAME} resolves to {path.resolve()}, outside the package (a symlink?)",
+            where=str(path),
+            fix="rebuild the package; do not trust this one",
+        )
     manifest = load_json(path, MANIFEST_NAME, _REBUILD, max_bytes=MAX_MANIFEST_BYTES)
     if not isinstance(manifest, dict):
         raise PackageError(f"{MANIFEST_NAME} is not a JSON object", where=str(path), fix=_REBUILD)
