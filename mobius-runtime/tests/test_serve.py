@@ -131,6 +131,7 @@ def test_eight_concurrent_clients_get_their_sequential_answers(server, pipeline)
         ({"max_tokens": "many"}, "max_tokens"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"prompt": ""}, "prompt"),
+        ({"seed": -1}, "seed"),
     ],
 )
 def test_bad_completion_requests_are_400(server, body, param):
@@ -151,7 +152,10 @@ def test_openai_client_raises_typed_errors(server):
         client.completions.create(model="tiny", prompt="hi", max_tokens=2, temperature=-1)
     with pytest.raises(openai.BadRequestError) as long:
         client.completions.create(model="tiny", prompt=[7] * 5000, max_tokens=2)
-    assert long.value.body["code"] == "context_length_exceeded"
+    assert "positions" in long.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as vocab:
+        client.completions.create(model="tiny", prompt=[7, 100000], max_tokens=2)
+    assert "vocabulary" in vocab.value.body["message"]
     r = httpx.post(server.url + "/v1/completions", content=b"{not json", timeout=10,
                    headers={"content-type": "application/json"})  # fmt: skip
     assert r.status_code == 400 and "error" in r.json()

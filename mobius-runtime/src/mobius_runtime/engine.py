@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 
 from mobius_runtime.batching import Batcher, Cohort
+from mobius_runtime.errors import RequestError
+from mobius_runtime.requests import check_logits
 from mobius_runtime.sampling import pick
 
 log = logging.getLogger("mobius_runtime.serve")
@@ -233,6 +235,14 @@ class Engine:
     def _take(self, request: Request, logits: np.ndarray, past: int) -> None:
         """Pick the next token of ``request``; stream its text; finish it when it stops."""
         s = request.sampling
+        try:
+            check_logits(logits, len(request.ids))
+        except RequestError as exc:  # NaN / inf: this request ends with the error
+            request.first = None
+            self.finished["error"] += 1
+            log.warning("%s failed: %s", request.id, exc.what)
+            request.sink("error", exc)
+            return
         token = pick(
             logits,
             do_sample=s.temperature > 0,

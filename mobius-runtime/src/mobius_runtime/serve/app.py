@@ -29,6 +29,8 @@ from mobius_runtime.serve.errors import ApiError
 from mobius_runtime.serve.media import decode_base64, url_bytes
 from mobius_runtime.serve.schemas import ChatRequest, CompletionRequest, Message
 
+DEFAULT_MAX_TOKENS = 512  # when neither the request nor the package sets a limit
+
 
 class Settings:
     """What the app serves and how (see ``mobius serve --help``)."""
@@ -112,7 +114,11 @@ def _check_model(settings: Settings, name: str) -> None:
 
 
 def _prepare(build: Any, settings: Settings, source: Any) -> dict[str, Any]:
-    """``build(settings, source)`` → caller inputs; request-caused failures become 400s."""
+    """``build(settings, source)`` → caller inputs; request-caused failures become 400s.
+
+    The pipeline checks what ``generate()`` checks: ids in the vocabulary, one media
+    placeholder per item, the prompt shorter than the context.
+    """
     try:
         caller = build(settings, source)
     except ApiError:
@@ -121,15 +127,6 @@ def _prepare(build: Any, settings: Settings, source: Any) -> dict[str, Any]:
         raise ApiError(400, exc.what + (f" ({exc.fix})" if exc.fix else "")) from None
     except (OSError, ValueError) as exc:  # undecodable media (PIL, soundfile)
         raise ApiError(400, f"cannot use the request's media: {exc}") from None
-    prompt = int(np.shape(caller["input_ids"])[1])
-    limit = settings.pipeline.context_length
-    if limit is not None and prompt >= limit:
-        raise ApiError(
-            400,
-            f"the prompt is {prompt} tokens but the model has {limit} positions",
-            "messages",
-            "context_length_exceeded",
-        )
     return caller
 
 
@@ -164,9 +161,10 @@ def _chat_inputs(settings: Settings, messages: list[Message]) -> dict[str, Any]:
 
 
 def _prompt_inputs(settings: Settings, prompt: str | list[int]) -> dict[str, Any]:
-    text = settings.pipeline.text
-    ids = text.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
-    return {"input_ids": np.asarray([ids], dtype=np.int64)}
+    """A raw prompt (verbatim text, or token ids) → checked ids, as ``generate(prompt=)``."""
+    text, ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
+    ids, caller = settings.pipeline.prepare(text, ids, (), ())
+    return {**caller, "input_ids": ids}
 
 
 # ---------------------------------------------------------------------- answers
@@ -177,9 +175,9 @@ async def _answer(
 ) -> Any:
     prompt = int(np.shape(caller["input_ids"])[1])
     limit = body.token_limit()
-    room = None if settings.pipeline.context_length is None else settings.pipeline.context_length
-    if limit is None:
-        limit = (room - prompt) if room is not None else 512
+    if limit is None:  # the rest of the context (the engine stops there anyway)
+        context = settings.pipeline.context_length
+        limit = context - prompt if context is not None else DEFAULT_MAX_TOKENS
     sampling = Sampling(
         max_tokens=int(limit),
         temperature=body.temperature,
