@@ -5,17 +5,17 @@ start ``mobius serve`` as its own process on 127.0.0.1, then run the same worklo
 ``--requests`` streamed greedy completions of ``--new`` tokens, each on its own seeded
 token-id prompt — with 1, 4 and 8 concurrent clients (the workload is split between
 them, so every row generates the same tokens). Per row: aggregate completion tokens/s
-over the row's wall time, its ratio to the 1-client row (measured in the same run),
-p50/p99 time to first token and p50/p99 per-token latency (time between a request's
-first and last token / its tokens - 1), and the load average (figures are only
-comparable on an equally loaded machine). Packages:
+over the row's wall time (the median of ``--runs`` runs), its ratio to the 1-client row
+of the same run, p50/p99 time to first token, p50/p99 per-token latency (a request's
+time from first to last token / its tokens - 1), and the load average (figures are
+only comparable on an equally loaded machine). Packages:
 
   (a) tiny — testdata/tiny-gemma4 (bundled)
   (b) mid  — the seeded random ~400 M-parameter Gemma 4 text checkpoint that
              benchmarks/decode.py makes with transformers into /tmp
 
 Usage: python benchmarks/serve.py [--which tiny mid] [--clients 1 4 8] [--requests 8]
-                                  [--new 64] [--threads 2] [--max-batch 8]
+                                  [--new 64] [--runs 1] [--threads 2] [--max-batch 8]
 Goal (not asserted): 8 clients >= 3x the aggregate tokens/s of one client on CPU.
 """
 
@@ -159,6 +159,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=8, help="requests per row (all rows)")
     ap.add_argument("--new", type=int, default=64, help="max tokens per request")
     ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--runs", type=int, default=1, help="runs per row (the median is shown)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-batch", type=int, default=8)
     args = ap.parse_args()
@@ -180,7 +181,8 @@ def main() -> None:
                 one_request(http, url, prompts[0], 4)  # warm-up
             base = None
             for clients in args.clients:
-                row = run_row(url, prompts, clients, args.new)
+                rows = [run_row(url, prompts, clients, args.new) for _ in range(args.runs)]
+                row = sorted(rows, key=lambda r: r["tok_s"])[len(rows) // 2]  # the median run
                 base = base or row["tok_s"]
                 print(
                     f"{which:8} {clients:>7} {row['tokens']:>6} {row['wall_s']:>7.2f} "

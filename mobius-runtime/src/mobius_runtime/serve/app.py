@@ -273,14 +273,16 @@ async def _stream(
     try:
         if chat:
             yield chunk({"role": "assistant", "content": ""}, None)
-        while True:
-            kind, data = await events.get()
-            if kind == "delta":
-                yield chunk({"content": data} if chat else data, None)
-            elif kind == "error":
-                yield _sse(_engine_error(data).body())
-                break
-            else:
+        done = False
+        while not done:
+            for kind, data in await _ready(events):
+                if kind == "delta":
+                    yield chunk({"content": data} if chat else data, None)
+                    continue
+                done = True
+                if kind == "error":
+                    yield _sse(_engine_error(data).body())
+                    break
                 yield chunk({} if chat else "", data.finish_reason)
                 if usage:
                     yield _sse({**head, "object": kind_name, "choices": [], "usage": _usage(data)})
@@ -288,6 +290,22 @@ async def _stream(
         yield "data: [DONE]\n\n"
     finally:
         settings.engine.cancel(handle)
+
+
+async def _ready(events: asyncio.Queue[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The next event and every one already queued, consecutive deltas joined into one.
+
+    When the client reads slower than the engine decodes, one chunk then carries several
+    tokens' text instead of one chunk per token falling further behind.
+    """
+    out = [await events.get()]
+    while not events.empty():
+        kind, data = events.get_nowait()
+        if kind == "delta" and out[-1][0] == "delta":
+            out[-1] = ("delta", out[-1][1] + data)
+        else:
+            out.append((kind, data))
+    return out
 
 
 def _sse(body: dict[str, Any]) -> str:
