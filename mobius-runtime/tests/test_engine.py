@@ -43,9 +43,9 @@ def test_unbatchable_package_runs_one_cohort_per_request(single_pkg, host, caplo
     assert "not batched" in caplog.text and "Concat" in caplog.text
     want = [pipeline.generate(input_ids=p, max_new_tokens=6, stop_ids=()) for p in PROMPTS]
     engine.stops = set()
+    runs = [_collect(engine, p, Sampling(max_tokens=6)) for p in PROMPTS]  # queued first
     engine.start()
     try:
-        runs = [_collect(engine, p, Sampling(max_tokens=6)) for p in PROMPTS]
         for (_, box, done), w in zip(runs, want):
             assert done.wait(30)
             finished = box["done"]
@@ -53,7 +53,7 @@ def test_unbatchable_package_runs_one_cohort_per_request(single_pkg, host, caplo
             assert finished.completion_tokens == 6 and finished.finish_reason == "length"
     finally:
         engine.stop()
-    assert engine.peak_batch >= 2  # several requests were active in one loop
+    assert engine.peak_batch == 4  # all were active in one loop, one cohort each
 
 
 def test_stop_cancels_queued_requests(single_pkg, host):

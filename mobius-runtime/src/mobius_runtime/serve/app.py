@@ -29,7 +29,7 @@ from mobius_runtime.serve.errors import ApiError
 from mobius_runtime.serve.media import decode_base64, url_bytes
 from mobius_runtime.serve.schemas import ChatRequest, CompletionRequest, Message
 
-DEFAULT_MAX_TOKENS = 512  # when neither the request nor the package sets a limit
+DEFAULT_MAX_TOKENS = 2048  # a chat request without max_tokens (at most the rest of the context)
 
 
 class Settings:
@@ -175,9 +175,9 @@ async def _answer(
 ) -> Any:
     prompt = int(np.shape(caller["input_ids"])[1])
     limit = body.token_limit()
-    if limit is None:  # the rest of the context (the engine stops there anyway)
+    if limit is None:  # KV buffers are sized by the limit: a bounded default
         context = settings.pipeline.context_length
-        limit = context - prompt if context is not None else DEFAULT_MAX_TOKENS
+        limit = DEFAULT_MAX_TOKENS if context is None else min(DEFAULT_MAX_TOKENS, context - prompt)
     sampling = Sampling(
         max_tokens=int(limit),
         temperature=body.temperature,
