@@ -14,14 +14,20 @@ only comparable on an equally loaded machine). Packages:
   (b) mid  — the seeded random ~400 M-parameter Gemma 4 text checkpoint that
              benchmarks/decode.py makes with transformers into /tmp
 
+With ``--engine``, rows ``<package>/eng`` first run the same workload through
+``mobius_runtime.engine.Engine`` in this process (no HTTP, JSON or client work), which
+separates what batching gains from what the HTTP layer costs per token.
+
 Usage: python benchmarks/serve.py [--which tiny mid] [--clients 1 4 8] [--requests 8]
                                   [--new 64] [--runs 1] [--threads 2] [--max-batch 8]
+                                  [--engine]
 Goal (not asserted): 8 clients >= 3x the aggregate tokens/s of one client on CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -133,6 +139,72 @@ def run_row(url: str, prompts: list[list[int]], clients: int, new: int) -> dict[
     wall = time.perf_counter() - start
     if errors:
         raise errors[0]
+    return _summary(results, clients, wall)
+
+
+def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: int,
+                   threads: int, max_batch: int) -> dict[str, float]:  # fmt: skip
+    """The same workload through ``Engine`` in this process: no HTTP, no JSON, no client."""
+    from mobius_runtime import Pipeline
+    from mobius_runtime.engine import Engine
+
+    global _PIPELINE
+    if _PIPELINE is None or _PIPELINE[0] != package:
+        _PIPELINE = (package, Pipeline.load(package, device="cpu", threads=threads))
+    engine = Engine(_PIPELINE[1], max_batch=max_batch, max_queue=len(prompts))
+    engine.start()
+    results: list[dict[str, float]] = []
+    lock = threading.Lock()
+    todo = list(range(len(prompts)))
+
+    def client() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i = todo.pop(0)
+            out = _engine_request(engine, prompts[i], new)
+            with lock:
+                results.append(out)
+
+    threads_ = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for t in threads_:
+        t.start()
+    for t in threads_:
+        t.join()
+    wall = time.perf_counter() - start
+    engine.stop()
+    return _summary(results, clients, wall)
+
+
+_PIPELINE: tuple[Path, Any] | None = None
+
+
+def _engine_request(engine: Any, prompt: list[int], new: int) -> dict[str, float]:
+    from mobius_runtime.engine import Sampling
+
+    done = threading.Event()
+    times: list[float] = []
+    box: dict[str, Any] = {}
+
+    def sink(kind: str, data: Any) -> None:
+        if kind == "delta":
+            times.append(time.perf_counter())
+        else:
+            box[kind] = data
+            done.set()
+
+    engine.submit({"input_ids": np.asarray([prompt])}, Sampling(max_tokens=new), sink)
+    done.wait()
+    if "done" not in box:
+        raise RuntimeError(f"a request failed: {box}")
+    n = box["done"].completion_tokens
+    span = (times[-1] - times[0]) if len(times) > 1 else 0.0
+    return {"ttft": box["done"].ttft_ms / 1000, "per_token": span / max(n - 1, 1), "tokens": n}
+
+
+def _summary(results: list[dict[str, float]], clients: int, wall: float) -> dict[str, float]:
     ttft = sorted(r["ttft"] * 1000 for r in results)
     per_token = sorted(r["per_token"] * 1000 for r in results)
     tokens = sum(r["tokens"] for r in results)
@@ -162,6 +234,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1, help="runs per row (the median is shown)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-batch", type=int, default=8)
+    ap.add_argument(
+        "--engine",
+        action="store_true",
+        help="also run the workload through the Engine in-process (rows <package>/eng): "
+        "batching without HTTP, JSON and client costs",
+    )
     args = ap.parse_args()
 
     rng = np.random.default_rng(0)
@@ -173,27 +251,37 @@ def main() -> None:
     print(head)
     for which in args.which:
         package = package_for(which)
+        if args.engine:
+            engine_row = functools.partial(
+                run_engine_row, package, prompts, new=args.new, threads=args.threads,
+                max_batch=args.max_batch,
+            )  # fmt: skip
+            _rows(f"{which}/eng", args, lambda c, run=engine_row: run(clients=c))
         proc, url = start_server(package, args.threads, args.max_batch)
         try:
             import httpx
 
             with httpx.Client() as http:
                 one_request(http, url, prompts[0], 4)  # warm-up
-            base = None
-            for clients in args.clients:
-                rows = [run_row(url, prompts, clients, args.new) for _ in range(args.runs)]
-                row = sorted(rows, key=lambda r: r["tok_s"])[len(rows) // 2]  # the median run
-                base = base or row["tok_s"]
-                print(
-                    f"{which:8} {clients:>7} {row['tokens']:>6} {row['wall_s']:>7.2f} "
-                    f"{row['tok_s']:>8.1f} {row['tok_s'] / base:>6.2f} "
-                    f"{row['ttft_p50']:>9.1f} {row['ttft_p99']:>8.1f} "
-                    f"{row['tpot_p50']:>10.2f} {row['tpot_p99']:>7.2f}  {load_average()}",
-                    flush=True,
-                )
+            _rows(which, args, functools.partial(run_row, url, prompts, new=args.new))
         finally:
             proc.terminate()
             proc.wait(30)
+
+
+def _rows(label: str, args: Any, run: Any) -> None:
+    base = None
+    for clients in args.clients:
+        rows = [run(clients) for _ in range(args.runs)]
+        row = sorted(rows, key=lambda r: r["tok_s"])[len(rows) // 2]  # the median run
+        base = base or row["tok_s"]
+        print(
+            f"{label:8} {clients:>7} {row['tokens']:>6} {row['wall_s']:>7.2f} "
+            f"{row['tok_s']:>8.1f} {row['tok_s'] / base:>6.2f} "
+            f"{row['ttft_p50']:>9.1f} {row['ttft_p99']:>8.1f} "
+            f"{row['tpot_p50']:>10.2f} {row['tpot_p99']:>7.2f}  {load_average()}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
