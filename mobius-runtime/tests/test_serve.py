@@ -185,25 +185,44 @@ def test_full_queue_answers_429_at_once(pipeline):
         assert busy.value.status_code == 429 and busy.value.body["code"] == "queue_full"
 
 
-def test_disconnect_mid_stream_frees_the_slot(server, pipeline):
-    long = pipeline.generate(input_ids=IDS[0], max_new_tokens=300)
-    assert long.stop_reason == "max_new_tokens", "the prompt must run long"
-    cancelled = server.engine.finished["cancelled"]
-    body = {"model": "tiny", "prompt": IDS[0], "max_tokens": 3000, "temperature": 0,
+@pytest.fixture(scope="module")
+def endless(pipeline):
+    """A server whose requests never meet a stop id: each runs to its max_tokens."""
+    with running(pipeline) as srv:
+        srv.engine.stops = set()
+        yield srv
+
+
+def _wait_idle(engine, cancelled_before: int) -> None:
+    deadline = time.monotonic() + 10
+    while engine.active or engine.queued:
+        assert time.monotonic() < deadline, "the disconnected request kept its slot"
+        time.sleep(0.02)
+    assert engine.finished["cancelled"] == cancelled_before + 1
+
+
+def test_disconnect_mid_stream_frees_the_slot(endless, pipeline):
+    cancelled = endless.engine.finished["cancelled"]
+    body = {"model": "tiny", "prompt": IDS[0], "max_tokens": 4000, "temperature": 0,
             "stream": True}  # fmt: skip
     with (
         httpx.Client(timeout=30) as http,
-        http.stream("POST", server.url + "/v1/completions", json=body) as r,
+        http.stream("POST", endless.url + "/v1/completions", json=body) as r,
     ):
         lines = r.iter_lines()
         seen = [line for _, line in zip(range(6), lines) if line.startswith("data:")]
         assert len(seen) >= 2
-    deadline = time.monotonic() + 10
-    while server.engine.active or server.engine.queued:
-        assert time.monotonic() < deadline, "the disconnected request kept its slot"
-        time.sleep(0.05)
-    assert server.engine.finished["cancelled"] == cancelled + 1
-    assert httpx.get(server.url + "/health", timeout=10).json()["active"] == 0
-    out = server.client().completions.create(model="tiny", prompt=IDS[3], max_tokens=5,
-                                             temperature=0)  # fmt: skip
-    assert out.choices[0].text == pipeline.generate(input_ids=IDS[3], max_new_tokens=5).text
+    _wait_idle(endless.engine, cancelled)
+    assert httpx.get(endless.url + "/health", timeout=10).json()["active"] == 0
+    out = endless.client().completions.create(model="tiny", prompt=IDS[3], max_tokens=5,
+                                              temperature=0)  # fmt: skip
+    want = pipeline.generate(input_ids=IDS[3], max_new_tokens=5, stop_ids=()).text
+    assert out.choices[0].text == want
+
+
+def test_disconnect_while_waiting_for_a_whole_answer(endless):
+    cancelled = endless.engine.finished["cancelled"]
+    body = {"model": "tiny", "prompt": IDS[0], "max_tokens": 4000, "temperature": 0}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(endless.url + "/v1/completions", json=body, timeout=httpx.Timeout(30, read=0.3))
+    _wait_idle(endless.engine, cancelled)

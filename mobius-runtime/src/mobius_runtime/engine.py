@@ -180,7 +180,10 @@ class Engine:
                 log.exception("engine step failed")
                 for _, rows in self._cohorts:
                     for request in rows:
-                        request.sink("error", exc)
+                        try:
+                            request.sink("error", exc)
+                        except Exception:  # a sink that fails must not stop the others
+                            log.exception("%s: its sink failed", request.id)
                 self._cohorts = []
         with self._cond:
             left = list(self._waiting) + [r for _, rows in self._cohorts for r in rows]

@@ -10,6 +10,7 @@ one is a 400 even when it asked for a stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
@@ -29,6 +30,7 @@ from mobius_runtime.serve.errors import ApiError
 from mobius_runtime.serve.media import decode_base64, url_bytes
 from mobius_runtime.serve.schemas import ChatRequest, CompletionRequest, Message
 
+DISCONNECT_POLL_S = 0.25  # how often a whole-answer request checks that its client is there
 DEFAULT_MAX_TOKENS = 2048  # a chat request without max_tokens (at most the rest of the context)
 
 
@@ -189,7 +191,9 @@ async def _answer(
     events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
     def sink(kind: str, data: Any) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, (kind, data))
+        # RuntimeError: the server's loop has closed, nobody is listening any more
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(events.put_nowait, (kind, data))
 
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
     try:
@@ -203,20 +207,20 @@ async def _answer(
         usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = _stream(settings, handle, events, head, chat, usage)
         return StreamingResponse(stream, media_type="text/event-stream")
-    text: list[str] = []
+    checked = time.monotonic()
     try:
         while True:
             try:
-                kind, data = await asyncio.wait_for(events.get(), timeout=1.0)
+                kind, data = await asyncio.wait_for(events.get(), timeout=DISCONNECT_POLL_S)
             except TimeoutError:
-                if await request.is_disconnected():
+                kind, data = "wait", None
+            if time.monotonic() - checked >= DISCONNECT_POLL_S:
+                checked = time.monotonic()
+                if await request.is_disconnected():  # the client left: free the slot
                     return JSONResponse({}, status_code=499)
-                continue
-            if kind == "delta":
-                text.append(data)
-            elif kind == "error":
+            if kind == "error":
                 raise _engine_error(data)
-            else:
+            if kind == "done":
                 return _whole(head, data, chat)
     finally:
         settings.engine.cancel(handle)

@@ -106,6 +106,7 @@ def _server(
             fix="build one with `mobius build SOURCE OUT`, then pass OUT",
         )
     _configure_logging()
+    log.info("loading %s (device %s)", package, device)
     pipeline = Pipeline.load(package, device=device, threads=threads)
     if pipeline.plan.logits is None:
         raise RequestError(
