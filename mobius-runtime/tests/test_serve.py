@@ -226,3 +226,15 @@ def test_disconnect_while_waiting_for_a_whole_answer(endless):
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(endless.url + "/v1/completions", json=body, timeout=httpx.Timeout(30, read=0.3))
     _wait_idle(endless.engine, cancelled)
+
+
+def test_context_end_stops_like_generate(endless, pipeline):
+    limit = pipeline.context_length
+    prompt = [2, *np.random.default_rng(9).integers(7, 500, size=limit - 7).tolist()]
+    want = pipeline.generate(input_ids=prompt, max_new_tokens=20, stop_ids=())
+    assert want.stop_reason == "context_length" and len(want.ids) < 20
+    out = endless.client().completions.create(
+        model="tiny", prompt=prompt, max_tokens=20, temperature=0
+    )
+    assert out.usage.completion_tokens == len(want.ids)
+    assert out.choices[0].text == want.text and out.choices[0].finish_reason == "length"

@@ -259,7 +259,7 @@ class Engine:
         if token in self.stops or cut is not None:
             self._finish(request, "stop", text if cut is None else text[:cut])
         elif len(request.ids) >= s.max_tokens or (
-            self.context is not None and past + 1 >= self.context
+            self.context is not None and past + 1 > self.context
         ):
             self._finish(request, "length", text)
         else:
