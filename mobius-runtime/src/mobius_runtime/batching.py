@@ -133,6 +133,9 @@ class Batcher:
 
     def _layout(self) -> tuple[str | None, str]:
         sides, why = set(), []
+        generated = {s.ref for s in self.plan.sources.values() if s.kind == "generated"}
+        if "attention_mask" not in generated:
+            return None, "no input takes the runtime's attention_mask, so padding cannot be masked"
         for key, source in self.plan.sources.items():
             if source.kind == "generated" and source.ref == "position_ids":
                 inputs, _ = self.executor.io(key.split(".", 1)[0])
