@@ -215,3 +215,53 @@ def test_remote_image_only_with_the_flag(mm_server):
         assert out.choices[0].message.content == want.text
     finally:
         files.shutdown()
+
+
+def test_media_and_text_requests_decoded_together(mm_server):
+    """Image, audio and text requests at once on the split (embedding + decoder) package."""
+    import threading
+
+    image, clip = MEDIA / "tiny.png", MEDIA / "tiny.wav"
+    cases = [
+        (
+            [{"type": "image", "image": str(image)}, {"type": "text", "text": "What?"}],
+            [{"type": "image_url", "image_url": {"url": _data_url(image, "image/png")}},
+             {"type": "text", "text": "What?"}],
+        ),
+        (
+            [{"type": "audio", "audio": str(clip)}, {"type": "text", "text": "Say it."}],
+            [{"type": "input_audio", "input_audio": {
+                "data": base64.b64encode(clip.read_bytes()).decode(), "format": "wav"}},
+             {"type": "text", "text": "Say it."}],
+        ),
+        ("Just text, please.", "Just text, please."),
+        ("Another one.", "Another one."),
+    ]  # fmt: skip
+    want = [
+        mm_server.pipeline.generate(messages=[{"role": "user", "content": hf}], max_new_tokens=24)
+        for hf, _ in cases
+    ]
+    got: dict[int, str] = {}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(cases))
+
+    def ask(i: int) -> None:
+        try:
+            client = mm_server.client()
+            barrier.wait()
+            out = client.chat.completions.create(
+                model="tiny-mm", messages=[{"role": "user", "content": cases[i][1]}],
+                max_tokens=24, temperature=0,
+            )  # fmt: skip
+            got[i] = out.choices[0].message.content
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert [got[i] for i in range(len(cases))] == [w.text for w in want]
+    assert mm_server.engine.peak_batch >= 2

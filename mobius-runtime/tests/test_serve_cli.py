@@ -101,3 +101,21 @@ def test_serve_without_a_package_is_a_one_line_error(tmp_path):
     result = CliRunner().invoke(app, ["serve", str(tmp_path / "missing")])
     assert result.exit_code == 1
     assert "does not exist" in result.output and "Traceback" not in result.output
+
+
+def test_a_port_in_use_is_a_one_line_error(tiny_gqa_package):
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    code = "import sys; from mobius.cli import main; sys.exit(main())"
+    args = [sys.executable, "-c", code, "serve", str(tiny_gqa_package), "--port", str(port),
+            "--device", "cpu"]  # fmt: skip
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    finally:
+        taken.close()
+    assert done.returncode == 1
+    assert f"could not listen on 127.0.0.1:{port}" in done.stderr and "fix:" in done.stderr

@@ -91,16 +91,23 @@ def padding_side(component: str, path: Path, states: Mapping[str, str]) -> tuple
 class Cohort:
     """Requests decoded together: state OrtValues (batch = rows) and each row's past length.
 
-    ``capacity`` is the length of shared (GQA in-place) buffers, None on the concat path.
+    ``needs`` are the positions each row may ever hold (prompt + its token limit); shared
+    (GQA in-place) buffers are as long as the largest, :attr:`capacity`.
     """
 
     values: dict[str, Any]
     pasts: list[int]
-    capacity: int | None = None
+    needs: list[int]
+    shared: bool = False
 
     @property
     def size(self) -> int:
         return len(self.pasts)
+
+    @property
+    def capacity(self) -> int | None:
+        """The length of the shared buffers (None: every state is on the concat path)."""
+        return max(self.needs) if self.shared else None
 
 
 class Batcher:
@@ -126,6 +133,9 @@ class Batcher:
 
     def _layout(self) -> tuple[str | None, str]:
         sides, why = set(), []
+        generated = {s.ref for s in self.plan.sources.values() if s.kind == "generated"}
+        if "attention_mask" not in generated:
+            return None, "no input takes the runtime's attention_mask, so padding cannot be masked"
         for key, source in self.plan.sources.items():
             if source.kind == "generated" and source.ref == "position_ids":
                 inputs, _ = self.executor.io(key.split(".", 1)[0])
@@ -151,8 +161,8 @@ class Batcher:
         values = self.executor.step(caller, None, 0, capacity)
         logits = to_numpy(values[self.plan.logits])[0, -1]
         prompt = int(np.shape(caller["input_ids"])[1])
-        shared = capacity if self._shared else None
-        return logits, Cohort(self.executor.next_state(values), [prompt], shared)
+        state = self.executor.next_state(values)
+        return logits, Cohort(state, [prompt], [capacity], bool(self._shared))
 
     def decode(self, cohort: Cohort, tokens: Sequence[int]) -> np.ndarray:
         """One step of every row (``tokens[b]`` is row b's new id); returns logits [B, V]."""
@@ -185,9 +195,8 @@ class Batcher:
         """One cohort of ``a``'s rows then ``b``'s (only when :attr:`batches`)."""
         if self.side is None:
             raise ValueError("this package's requests cannot be batched (see the load log)")
-        capacity = None
-        if a.capacity is not None or b.capacity is not None:
-            capacity = max(a.capacity or 0, b.capacity or 0)
+        joined_rows = Cohort({}, a.pasts + b.pasts, a.needs + b.needs, a.shared or b.shared)
+        capacity = joined_rows.capacity
         values = {}
         for key, va in a.values.items():
             vb = b.values[key]
@@ -199,7 +208,8 @@ class Batcher:
             side = RIGHT if key in self._shared else self.side
             joined = np.concatenate([_pad(xa, length, side), _pad(xb, length, side)], axis=0)
             values[key] = to_ortvalue(joined, va.data_type(), self.executor.device)
-        return self._trim(Cohort(values, a.pasts + b.pasts, capacity))
+        joined_rows.values = values
+        return self._trim(joined_rows)
 
     def keep(self, cohort: Cohort, rows: Sequence[int]) -> Cohort | None:
         """The cohort of ``rows`` only (in that order); None when no row is left."""
@@ -208,11 +218,18 @@ class Batcher:
             return None
         if rows == list(range(cohort.size)):
             return cohort
-        values = {}
+        kept = Cohort(
+            {}, [cohort.pasts[r] for r in rows], [cohort.needs[r] for r in rows], cohort.shared
+        )
+        capacity = kept.capacity  # shared buffers shrink to the largest remaining need
         for key, value in cohort.values.items():
-            kept = np.ascontiguousarray(to_numpy(value)[rows])
-            values[key] = to_ortvalue(kept, value.data_type(), self.executor.device)
-        return self._trim(Cohort(values, [cohort.pasts[r] for r in rows], cohort.capacity))
+            array = to_numpy(value)[rows]
+            if key in self._shared:
+                array = array[:, :, :capacity]
+            kept.values[key] = to_ortvalue(
+                np.ascontiguousarray(array), value.data_type(), self.executor.device
+            )
+        return self._trim(kept)
 
     def _concat_length(self, cohort: Cohort) -> int:
         lengths = {

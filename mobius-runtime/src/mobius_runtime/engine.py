@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 
 from mobius_runtime.batching import Batcher, Cohort
+from mobius_runtime.errors import RequestError
+from mobius_runtime.requests import check_logits
 from mobius_runtime.sampling import pick
 
 log = logging.getLogger("mobius_runtime.serve")
@@ -178,7 +180,10 @@ class Engine:
                 log.exception("engine step failed")
                 for _, rows in self._cohorts:
                     for request in rows:
-                        request.sink("error", exc)
+                        try:
+                            request.sink("error", exc)
+                        except Exception:  # a sink that fails must not stop the others
+                            log.exception("%s: its sink failed", request.id)
                 self._cohorts = []
         with self._cond:
             left = list(self._waiting) + [r for _, rows in self._cohorts for r in rows]
@@ -233,6 +238,14 @@ class Engine:
     def _take(self, request: Request, logits: np.ndarray, past: int) -> None:
         """Pick the next token of ``request``; stream its text; finish it when it stops."""
         s = request.sampling
+        try:
+            check_logits(logits, len(request.ids))
+        except RequestError as exc:  # NaN / inf: this request ends with the error
+            request.first = None
+            self.finished["error"] += 1
+            log.warning("%s failed: %s", request.id, exc.what)
+            request.sink("error", exc)
+            return
         token = pick(
             logits,
             do_sample=s.temperature > 0,
@@ -246,7 +259,7 @@ class Engine:
         if token in self.stops or cut is not None:
             self._finish(request, "stop", text if cut is None else text[:cut])
         elif len(request.ids) >= s.max_tokens or (
-            self.context is not None and past + 1 >= self.context
+            self.context is not None and past + 1 > self.context
         ):
             self._finish(request, "length", text)
         else:

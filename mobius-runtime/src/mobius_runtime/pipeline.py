@@ -327,14 +327,8 @@ class Pipeline:
         conversation = parse_messages(messages, self.modalities)
         text = self.text.chat_prompt(conversation)
         self.text.check_placeholders(text, conversation)
-        image_inputs, image_tokens = self.text.media_inputs(
-            "image", conversation.images, self.modalities
-        )
-        audio_inputs, audio_tokens = self.text.media_inputs(
-            "audio", conversation.audio, self.modalities
-        )
-        ids = as_ids(self.text.encode(text, image_tokens, audio_tokens))
-        return {**image_inputs, **audio_inputs, "input_ids": ids}
+        ids, caller = self.prepare(text, None, conversation.images, conversation.audio)
+        return {**caller, "input_ids": ids}
 
     def generate(
         self,

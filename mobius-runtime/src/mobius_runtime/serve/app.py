@@ -10,6 +10,7 @@ one is a 400 even when it asked for a stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
@@ -28,6 +29,9 @@ from mobius_runtime.serve import errors
 from mobius_runtime.serve.errors import ApiError
 from mobius_runtime.serve.media import decode_base64, url_bytes
 from mobius_runtime.serve.schemas import ChatRequest, CompletionRequest, Message
+
+DISCONNECT_POLL_S = 0.25  # how often a whole-answer request checks that its client is there
+DEFAULT_MAX_TOKENS = 2048  # a chat request without max_tokens (at most the rest of the context)
 
 
 class Settings:
@@ -112,7 +116,11 @@ def _check_model(settings: Settings, name: str) -> None:
 
 
 def _prepare(build: Any, settings: Settings, source: Any) -> dict[str, Any]:
-    """``build(settings, source)`` → caller inputs; request-caused failures become 400s."""
+    """``build(settings, source)`` → caller inputs; request-caused failures become 400s.
+
+    The pipeline checks what ``generate()`` checks: ids in the vocabulary, one media
+    placeholder per item, the prompt shorter than the context.
+    """
     try:
         caller = build(settings, source)
     except ApiError:
@@ -121,15 +129,6 @@ def _prepare(build: Any, settings: Settings, source: Any) -> dict[str, Any]:
         raise ApiError(400, exc.what + (f" ({exc.fix})" if exc.fix else "")) from None
     except (OSError, ValueError) as exc:  # undecodable media (PIL, soundfile)
         raise ApiError(400, f"cannot use the request's media: {exc}") from None
-    prompt = int(np.shape(caller["input_ids"])[1])
-    limit = settings.pipeline.context_length
-    if limit is not None and prompt >= limit:
-        raise ApiError(
-            400,
-            f"the prompt is {prompt} tokens but the model has {limit} positions",
-            "messages",
-            "context_length_exceeded",
-        )
     return caller
 
 
@@ -164,9 +163,10 @@ def _chat_inputs(settings: Settings, messages: list[Message]) -> dict[str, Any]:
 
 
 def _prompt_inputs(settings: Settings, prompt: str | list[int]) -> dict[str, Any]:
-    text = settings.pipeline.text
-    ids = text.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
-    return {"input_ids": np.asarray([ids], dtype=np.int64)}
+    """A raw prompt (verbatim text, or token ids) → checked ids, as ``generate(prompt=)``."""
+    text, ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
+    ids, caller = settings.pipeline.prepare(text, ids, (), ())
+    return {**caller, "input_ids": ids}
 
 
 # ---------------------------------------------------------------------- answers
@@ -177,9 +177,9 @@ async def _answer(
 ) -> Any:
     prompt = int(np.shape(caller["input_ids"])[1])
     limit = body.token_limit()
-    room = None if settings.pipeline.context_length is None else settings.pipeline.context_length
-    if limit is None:
-        limit = (room - prompt) if room is not None else 512
+    if limit is None:  # KV buffers are sized by the limit: a bounded default
+        context = settings.pipeline.context_length
+        limit = DEFAULT_MAX_TOKENS if context is None else min(DEFAULT_MAX_TOKENS, context - prompt)
     sampling = Sampling(
         max_tokens=int(limit),
         temperature=body.temperature,
@@ -191,7 +191,9 @@ async def _answer(
     events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
     def sink(kind: str, data: Any) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, (kind, data))
+        # RuntimeError: the server's loop has closed, nobody is listening any more
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(events.put_nowait, (kind, data))
 
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
     try:
@@ -205,20 +207,20 @@ async def _answer(
         usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = _stream(settings, handle, events, head, chat, usage)
         return StreamingResponse(stream, media_type="text/event-stream")
-    text: list[str] = []
+    checked = time.monotonic()
     try:
         while True:
             try:
-                kind, data = await asyncio.wait_for(events.get(), timeout=1.0)
+                kind, data = await asyncio.wait_for(events.get(), timeout=DISCONNECT_POLL_S)
             except TimeoutError:
-                if await request.is_disconnected():
+                kind, data = "wait", None
+            if time.monotonic() - checked >= DISCONNECT_POLL_S:
+                checked = time.monotonic()
+                if await request.is_disconnected():  # the client left: free the slot
                     return JSONResponse({}, status_code=499)
-                continue
-            if kind == "delta":
-                text.append(data)
-            elif kind == "error":
+            if kind == "error":
                 raise _engine_error(data)
-            else:
+            if kind == "done":
                 return _whole(head, data, chat)
     finally:
         settings.engine.cancel(handle)
@@ -275,14 +277,16 @@ async def _stream(
     try:
         if chat:
             yield chunk({"role": "assistant", "content": ""}, None)
-        while True:
-            kind, data = await events.get()
-            if kind == "delta":
-                yield chunk({"content": data} if chat else data, None)
-            elif kind == "error":
-                yield _sse(_engine_error(data).body())
-                break
-            else:
+        done = False
+        while not done:
+            for kind, data in await _ready(events):
+                if kind == "delta":
+                    yield chunk({"content": data} if chat else data, None)
+                    continue
+                done = True
+                if kind == "error":
+                    yield _sse(_engine_error(data).body())
+                    break
                 yield chunk({} if chat else "", data.finish_reason)
                 if usage:
                     yield _sse({**head, "object": kind_name, "choices": [], "usage": _usage(data)})
@@ -290,6 +294,22 @@ async def _stream(
         yield "data: [DONE]\n\n"
     finally:
         settings.engine.cancel(handle)
+
+
+async def _ready(events: asyncio.Queue[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The next event and every one already queued, consecutive deltas joined into one.
+
+    When the client reads slower than the engine decodes, one chunk then carries several
+    tokens' text instead of one chunk per token falling further behind.
+    """
+    out = [await events.get()]
+    while not events.empty():
+        kind, data = events.get_nowait()
+        if kind == "delta" and out[-1][0] == "delta":
+            out[-1] = ("delta", out[-1][1] + data)
+        else:
+            out.append((kind, data))
+    return out
 
 
 def _sse(body: dict[str, Any]) -> str:

@@ -23,7 +23,9 @@ log = logging.getLogger("mobius_runtime.serve")
 def serve(
     package: Annotated[Path, typer.Argument(help="Model package folder (has mobius.json).")],
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="0: any free port")] = 8000,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one).")
+    ] = 8000,
     model_name: Annotated[
         str | None, typer.Option("--model-name", help="Model id (default: the folder's name).")
     ] = None,
@@ -64,9 +66,19 @@ def serve(
             raise
         typer.echo(f"error: {exc.render()}", err=True)
         raise typer.Exit(1) from None
-    server.run()
+    try:
+        server.run()
+    except SystemExit as exc:  # uvicorn exits this way when it cannot bind
+        if exc.code in (0, None):
+            raise
+        server.started = False
     if not server.started:
-        raise typer.Exit(1)  # uvicorn has said why (e.g. the port is taken)
+        typer.echo(
+            f"error: could not listen on {host}:{port} (uvicorn's log above says why)\n"
+            "  fix: choose a free --port (0 picks one) or stop what holds this one",
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 def _server(
@@ -106,6 +118,7 @@ def _server(
             fix="build one with `mobius build SOURCE OUT`, then pass OUT",
         )
     _configure_logging()
+    log.info("loading %s (device %s)", package, device)
     pipeline = Pipeline.load(package, device=device, threads=threads)
     if pipeline.plan.logits is None:
         raise RequestError(
@@ -113,6 +126,8 @@ def _server(
             where="mobius.json: contract.outputs",
             fix="serve a text-generation package",
         )
+    if api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("listening on %s without --api-key: anyone who can reach it may use it", host)
     engine = Engine(pipeline, max_batch=max_batch, max_queue=max_queue)
     name = model_name or package.resolve().name
     settings = Settings(engine, name, api_key, allow_remote_media)

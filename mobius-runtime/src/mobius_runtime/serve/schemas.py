@@ -58,7 +58,7 @@ class _Sampling(_Body):
     stream_options: StreamOptions | None = None
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0)
     max_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = Field(None, max_length=4)
     n: int = Field(1, ge=1, le=1)

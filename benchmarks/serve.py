@@ -1,0 +1,288 @@
+"""`mobius serve` under concurrent clients: aggregate tokens/s, time to first token, per-token latency.
+
+For each package: build it (``--target cpu``: GroupQueryAttention, shared KV buffers),
+start ``mobius serve`` as its own process on 127.0.0.1, then run the same workload —
+``--requests`` streamed greedy completions of ``--new`` tokens, each on its own seeded
+token-id prompt — with 1, 4 and 8 concurrent clients (the workload is split between
+them, so every row generates the same tokens). Per row: aggregate completion tokens/s
+over the row's wall time (the median of ``--runs`` runs), its ratio to the 1-client row
+of the same run, p50/p99 time to first token, p50/p99 per-token latency (a request's
+time from first to last token / its tokens - 1), and the load average (figures are
+only comparable on an equally loaded machine). Packages:
+
+  (a) tiny — testdata/tiny-gemma4 (bundled)
+  (b) mid  — the seeded random ~400 M-parameter Gemma 4 text checkpoint that
+             benchmarks/decode.py makes with transformers into /tmp
+
+With ``--engine``, rows ``<package>/eng`` first run the same workload through
+``mobius_runtime.engine.Engine`` in this process (no HTTP, JSON or client work), which
+separates what batching gains from what the HTTP layer costs per token.
+
+Usage: python benchmarks/serve.py [--which tiny mid] [--clients 1 4 8] [--requests 8]
+                                  [--new 64] [--runs 1] [--threads 2] [--max-batch 8]
+                                  [--engine]
+Goal (not asserted): 8 clients >= 3x the aggregate tokens/s of one client on CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "testdata" / "tiny-gemma4"
+WORK = Path("/tmp/mobius-bench")
+LISTENING = re.compile(r"serving '[^']+' at (http://127\.0\.0\.1:\d+)/v1")
+
+
+def package_for(which: str) -> Path:
+    import mobius
+
+    if which == "tiny":
+        source = TINY
+    else:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from decode import MID, make_mid_checkpoint
+
+        source = make_mid_checkpoint(MID)
+    out = WORK / f"serve-{which}-cpu"
+    if not (out / "mobius.json").is_file():
+        mobius.build(str(source), str(out), target="cpu", force=True)
+    return out
+
+
+def start_server(package: Path, threads: int, max_batch: int) -> tuple[subprocess.Popen, str]:
+    code = "import sys; from mobius.cli import main; sys.exit(main())"
+    args = [sys.executable, "-c", code, "serve", str(package), "--port", "0",
+            "--device", "cpu", "--threads", str(threads), "--max-batch", str(max_batch),
+            "--model-name", "bench"]  # fmt: skip
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 300
+    for line in proc.stderr:  # type: ignore[union-attr]
+        m = LISTENING.search(line)
+        if m:
+            # keep draining the log so the server never blocks on a full pipe
+            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+            return proc, m.group(1)
+        if time.monotonic() > deadline:
+            break
+    proc.kill()
+    raise SystemExit(f"the server for {package} did not start")
+
+
+def one_request(http: Any, url: str, prompt: list[int], new: int) -> dict[str, float]:
+    """Stream one greedy completion; times of the first and last token, token count."""
+    body = {"model": "bench", "prompt": prompt, "max_tokens": new, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    start = time.perf_counter()
+    first = last = None
+    tokens = 0
+    with http.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            if chunk["choices"]:
+                now = time.perf_counter()
+                first = first or now
+                last = now
+    if first is None or last is None or tokens == 0:
+        raise RuntimeError("a request produced no tokens")
+    return {"ttft": first - start, "per_token": (last - first) / max(tokens - 1, 1),
+            "tokens": tokens}  # fmt: skip
+
+
+def run_row(url: str, prompts: list[list[int]], clients: int, new: int) -> dict[str, float]:
+    results: list[dict[str, float]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    todo = list(range(len(prompts)))
+
+    def client() -> None:
+        import httpx
+
+        with httpx.Client() as http:  # one connection per client, as applications keep
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    i = todo.pop(0)
+                try:
+                    out = one_request(http, url, prompts[i], new)
+                except BaseException as exc:
+                    errors.append(exc)
+                    return
+                with lock:
+                    results.append(out)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return _summary(results, clients, wall)
+
+
+def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: int,
+                   threads: int, max_batch: int) -> dict[str, float]:  # fmt: skip
+    """The same workload through ``Engine`` in this process: no HTTP, no JSON, no client."""
+    from mobius_runtime import Pipeline
+    from mobius_runtime.engine import Engine
+
+    global _PIPELINE
+    if _PIPELINE is None or _PIPELINE[0] != package:
+        _PIPELINE = (package, Pipeline.load(package, device="cpu", threads=threads))
+    engine = Engine(_PIPELINE[1], max_batch=max_batch, max_queue=len(prompts))
+    engine.start()
+    results: list[dict[str, float]] = []
+    lock = threading.Lock()
+    todo = list(range(len(prompts)))
+
+    def client() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i = todo.pop(0)
+            out = _engine_request(engine, prompts[i], new)
+            with lock:
+                results.append(out)
+
+    threads_ = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for t in threads_:
+        t.start()
+    for t in threads_:
+        t.join()
+    wall = time.perf_counter() - start
+    engine.stop()
+    return _summary(results, clients, wall)
+
+
+_PIPELINE: tuple[Path, Any] | None = None
+
+
+def _engine_request(engine: Any, prompt: list[int], new: int) -> dict[str, float]:
+    from mobius_runtime.engine import Sampling
+
+    done = threading.Event()
+    times: list[float] = []
+    box: dict[str, Any] = {}
+
+    def sink(kind: str, data: Any) -> None:
+        if kind == "delta":
+            times.append(time.perf_counter())
+        else:
+            box[kind] = data
+            done.set()
+
+    engine.submit({"input_ids": np.asarray([prompt])}, Sampling(max_tokens=new), sink)
+    done.wait()
+    if "done" not in box:
+        raise RuntimeError(f"a request failed: {box}")
+    n = box["done"].completion_tokens
+    span = (times[-1] - times[0]) if len(times) > 1 else 0.0
+    return {"ttft": box["done"].ttft_ms / 1000, "per_token": span / max(n - 1, 1), "tokens": n}
+
+
+def _summary(results: list[dict[str, float]], clients: int, wall: float) -> dict[str, float]:
+    ttft = sorted(r["ttft"] * 1000 for r in results)
+    per_token = sorted(r["per_token"] * 1000 for r in results)
+    tokens = sum(r["tokens"] for r in results)
+    return {
+        "clients": clients,
+        "tokens": tokens,
+        "wall_s": wall,
+        "tok_s": tokens / wall,
+        "ttft_p50": statistics.median(ttft),
+        "ttft_p99": float(np.percentile(ttft, 99)),
+        "tpot_p50": statistics.median(per_token),
+        "tpot_p99": float(np.percentile(per_token, 99)),
+    }
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--which", nargs="+", default=["tiny", "mid"], choices=["tiny", "mid"])
+    ap.add_argument("--clients", nargs="+", type=int, default=[1, 4, 8])
+    ap.add_argument("--requests", type=int, default=8, help="requests per row (all rows)")
+    ap.add_argument("--new", type=int, default=64, help="max tokens per request")
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--runs", type=int, default=1, help="runs per row (the median is shown)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-batch", type=int, default=8)
+    ap.add_argument(
+        "--engine",
+        action="store_true",
+        help="also run the workload through the Engine in-process (rows <package>/eng): "
+        "batching without HTTP, JSON and client costs",
+    )
+    args = ap.parse_args()
+
+    rng = np.random.default_rng(0)
+    prompts = [[2, *rng.integers(7, 500, size=args.prompt_len - 1).tolist()]
+               for _ in range(args.requests)]  # fmt: skip
+    print(f"load average before: {load_average()}")
+    head = (f"{'package':8} {'clients':>7} {'tokens':>6} {'wall s':>7} {'tok/s':>8} "
+            f"{'x 1 cl':>6} {'TTFT p50':>9} {'p99':>8} {'ms/tok p50':>10} {'p99':>7}  load")  # fmt: skip
+    print(head)
+    for which in args.which:
+        package = package_for(which)
+        if args.engine:
+            engine_row = functools.partial(
+                run_engine_row, package, prompts, new=args.new, threads=args.threads,
+                max_batch=args.max_batch,
+            )  # fmt: skip
+            _rows(f"{which}/eng", args, lambda c, run=engine_row: run(clients=c))
+        proc, url = start_server(package, args.threads, args.max_batch)
+        try:
+            import httpx
+
+            with httpx.Client() as http:
+                one_request(http, url, prompts[0], 4)  # warm-up
+            _rows(which, args, functools.partial(run_row, url, prompts, new=args.new))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+def _rows(label: str, args: Any, run: Any) -> None:
+    base = None
+    for clients in args.clients:
+        rows = [run(clients) for _ in range(args.runs)]
+        row = sorted(rows, key=lambda r: r["tok_s"])[len(rows) // 2]  # the median run
+        base = base or row["tok_s"]
+        print(
+            f"{label:8} {clients:>7} {row['tokens']:>6} {row['wall_s']:>7.2f} "
+            f"{row['tok_s']:>8.1f} {row['tok_s'] / base:>6.2f} "
+            f"{row['ttft_p50']:>9.1f} {row['ttft_p99']:>8.1f} "
+            f"{row['tpot_p50']:>10.2f} {row['tpot_p99']:>7.2f}  {load_average()}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

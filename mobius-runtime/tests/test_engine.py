@@ -1,0 +1,81 @@
+"""The batching engine without HTTP: fallbacks, cancellation, stop strings.
+
+The toy package's state is read by a ``Concat`` (neither Attention nor GroupQueryAttention),
+so no padded layout exists: the engine must still serve concurrent requests exactly,
+one cohort per request.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from mobius_runtime.engine import Engine, Sampling, _first_stop, _held_back
+
+PROMPTS = ([2, 5, 17, 13], [2, 10, 7], [2, *range(4, 16)], [2, 20, 9])  # toy vocab: 24
+
+
+def _collect(engine: Engine, prompt: list[int], sampling: Sampling):
+    done = threading.Event()
+    box: dict[str, object] = {"text": ""}
+
+    def sink(kind: str, data: object) -> None:
+        if kind == "delta":
+            box["text"] = str(box["text"]) + str(data)
+        else:
+            box[kind] = data
+            done.set()
+
+    ids = np.asarray([prompt], dtype=np.int64)
+    request = engine.submit({"input_ids": ids}, sampling, sink)
+    return request, box, done
+
+
+def test_unbatchable_package_runs_one_cohort_per_request(single_pkg, host, caplog):
+    from mobius_runtime import Pipeline
+
+    pipeline = Pipeline.load(single_pkg, device="cpu", host=host)
+    with caplog.at_level("WARNING", logger="mobius_runtime.batching"):
+        engine = Engine(pipeline, max_batch=4)
+    assert not engine.batcher.batches
+    assert "not batched" in caplog.text and "Concat" in caplog.text
+    want = [pipeline.generate(input_ids=p, max_new_tokens=6, stop_ids=()) for p in PROMPTS]
+    engine.stops = set()
+    runs = [_collect(engine, p, Sampling(max_tokens=6)) for p in PROMPTS]  # queued first
+    engine.start()
+    try:
+        for (_, box, done), w in zip(runs, want):
+            assert done.wait(30)
+            finished = box["done"]
+            assert finished.text == w.text == box["text"]
+            assert finished.completion_tokens == 6 and finished.finish_reason == "length"
+    finally:
+        engine.stop()
+    assert engine.peak_batch == 4  # all were active in one loop, one cohort each
+
+
+def test_stop_cancels_queued_requests(single_pkg, host):
+    from mobius_runtime import Pipeline
+    from mobius_runtime.engine import EngineStopped
+
+    engine = Engine(Pipeline.load(single_pkg, device="cpu", host=host), max_queue=4)
+    runs = [_collect(engine, p, Sampling(max_tokens=3)) for p in PROMPTS[:2]]
+    engine.start()  # nothing can run before stop: the loop checks stopping first
+    engine.stop()
+    for _, box, done in runs:
+        assert done.wait(10)
+        assert box["done"].finish_reason in ("cancelled", "length")
+    with pytest.raises(EngineStopped):
+        engine.submit({"input_ids": np.asarray([[2, 3]])}, Sampling(max_tokens=1), print)
+
+
+def test_stop_string_helpers():
+    assert _first_stop("abc STOP def", ("STOP",)) == 4
+    assert _first_stop("abc", ("x", "")) is None
+    assert _first_stop("a-b.c", ("." , "-")) == 1  # fmt: skip
+    assert _held_back("hello ST", ("STOP",)) == 2  # "ST" may begin STOP
+    assert _held_back("hello S", ("STOP", "SIGN")) == 1
+    assert _held_back("hello", ("STOP",)) == 0
+    assert _held_back("xx</", ("</s>", "</end>")) == 2
