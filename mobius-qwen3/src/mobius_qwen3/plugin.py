@@ -1,7 +1,7 @@
 """The mobius hook implementations of the Qwen3 family (``qwen3``, ``qwen3_moe``).
 
 Import-light on purpose: ``mobius plugins`` and ``mobius --help`` import this module, so
-the graph builders (onnx_ir, onnxscript, numpy) are imported inside the hook bodies.
+the graph builders (onnx_ir, onnxscript) are imported inside the hook bodies.
 """
 
 from __future__ import annotations
