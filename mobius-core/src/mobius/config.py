@@ -9,12 +9,17 @@ gets a clear error (what / where / fix) for the ways the file can be wrong.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from mobius.errors import ConfigError
 
 CONFIG_NAME = "config.json"
+GENERATION_CONFIG_NAME = "generation_config.json"
+GENERATION_CONFIG_KEY = "_generation_config"
+"""Key of the raw config dict under which the runtime hands a family the package's
+``generation_config.json`` object (see ``mobius_processors`` in ``hookspecs.py``)."""
 
 
 def read_config_file(folder: str | Path) -> tuple[str, dict[str, Any]]:
@@ -97,3 +102,32 @@ def model_type_of(raw: dict[str, Any], *, where: str) -> str:
             'e.g. "gemma4"; check that this is a model checkpoint',
         )
     return model_type
+
+
+def read_generation_config(path: str | Path | None) -> dict[str, Any] | None:
+    """The JSON object in a ``generation_config.json`` (None when ``path`` is None or absent).
+
+    The file only adds defaults (eos ids, sampling settings) to ``config.json``, so one
+    that cannot be read or is not a JSON object is not fatal, but it is never dropped
+    silently: a warning names the file and says what is lost.
+    """
+    if path is None:
+        return None
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, RecursionError, ValueError) as exc:
+        problem = f"cannot be read as JSON ({str(exc)[:200]})"
+    else:
+        if isinstance(raw, dict):
+            return raw
+        problem = f"holds a JSON {type(raw).__name__}, not an object"
+    logging.getLogger(__name__).warning(
+        "%s %s; its eos_token_id is not used as a stop id (config.json's are): "
+        "fix or remove that file",
+        path,
+        problem,
+    )
+    return None

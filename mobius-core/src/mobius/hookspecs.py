@@ -185,7 +185,11 @@ def mobius_quant_overrides(
 def mobius_processors(config: Any) -> Processors:
     """Give the runtime the family's preprocessing (prompt, images, audio) in numpy.
 
-    Called: by the runtime when it loads a package, on the owner only.
+    Called: by the runtime when it loads a package, on the owner only, with the config
+    read (``mobius_read_config``) from the package's copy of ``config.json``; when the
+    package holds a ``generation_config.json``, its object is in the raw dict under
+    ``mobius.config.GENERATION_CONFIG_KEY`` (``"_generation_config"``), so the family
+    can add its ``eos_token_id`` to the stop ids as it did for ``genai_config.json``.
     Who answers: the owning family plugin.
     Returns: a :class:`mobius.records.Processors`.
     """

@@ -15,8 +15,8 @@ and audio prompts are not yet.
 from __future__ import annotations
 
 import json
-import logging
 
+from mobius.config import read_generation_config
 from mobius.records import BuildOptions, RuntimeFile
 from mobius_gemma4.config import Gemma4Config
 
@@ -170,26 +170,12 @@ def audio_processor_json(config: Gemma4Config) -> dict:
 def generation_eos(path) -> list[int] | int | None:
     """``eos_token_id`` of the checkpoint's ``generation_config.json`` (None if absent).
 
-    A file that cannot be read or is not a JSON object is not fatal (config.json's ids
-    still stop generation) but is never dropped silently: a warning names the file.
+    Read by :func:`mobius.config.read_generation_config`, the reader the runtime uses
+    for the package's copy, so a build and a run see the same ids; a malformed file is
+    named in a warning, never dropped silently.
     """
-    if path is None:
-        return None
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        problem = f"cannot be read as JSON ({exc})"
-    else:
-        if isinstance(raw, dict):
-            return raw.get("eos_token_id")
-        problem = f"holds a JSON {type(raw).__name__}, not an object"
-    logging.getLogger(__name__).warning(
-        "%s %s; its eos_token_id is not used as a stop id (config.json's are): "
-        "fix or remove that file",
-        path,
-        problem,
-    )
-    return None
+    raw = read_generation_config(path)
+    return raw.get("eos_token_id") if raw is not None else None
 
 
 def runtime_files(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from mobius.config import GENERATION_CONFIG_KEY
 from mobius.errors import MobiusError
 from mobius.records import Processors
 from mobius_gemma4.config import Gemma4Config
@@ -154,7 +155,8 @@ def text_processors(config: Gemma4Config) -> Processors:
     """All of a package's processors (the name predates media; kept for the plugin hook)."""
     from mobius_gemma4.ports import has_audio, has_vision
 
-    generation = config.raw.get("_generation_config") if config.raw else None
+    # the package's generation_config.json, attached by the runtime (mobius_processors)
+    generation = config.raw.get(GENERATION_CONFIG_KEY) if config.raw else None
     eos = generation.get("eos_token_id") if isinstance(generation, dict) else None
     media = has_vision(config) or has_audio(config)
     return Processors(

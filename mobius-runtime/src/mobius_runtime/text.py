@@ -5,7 +5,8 @@ The runtime knows no family's token ids or image sizes: the family plugin's
 prompt, preprocesses images and audio, expands media placeholders, and names the
 BOS and stop ids. The plugin needs the family's typed config, read from the
 package's copy of ``config.json`` (``mobius.json["config"]`` or the file
-``config.json`` beside it). A package whose family plugin is not installed can
+``config.json`` beside it), with the package's ``generation_config.json`` object under
+``mobius.config.GENERATION_CONFIG_KEY`` (its eos ids end generation too). A package whose family plugin is not installed can
 still run from raw text and ids; only media then fail, with a clear error.
 """
 
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mobius.config import GENERATION_CONFIG_KEY, GENERATION_CONFIG_NAME, read_generation_config
 from mobius.errors import ConfigError, PackageError
 from mobius.records import Processors
 from mobius_runtime.errors import RequestError
@@ -53,6 +55,9 @@ def load_processors(root: Path, manifest: dict, host: Any | None) -> tuple[Proce
     config = raw_config(root, manifest)
     if not model_type or config is None:
         return Processors(), False
+    generation = read_generation_config(root / GENERATION_CONFIG_NAME)
+    if generation is not None:  # its eos ids are stop ids too (hookspecs.mobius_processors)
+        config = {**config, GENERATION_CONFIG_KEY: generation}
     if host is None:
         from mobius.plugins import PluginHost
 
