@@ -11,7 +11,21 @@ standardize, ``use_bidirectional_attention = "vision"``, no audio tower), ``bidi
 (MoE + k_eq_v text with the ``"vision"`` mask, 26B-A4B-like) and ``mm-a8`` (an 8-head audio
 tower).
 
-Bars: logits max|Δ| ≤ 1e-4 (aim 1e-5) with 100 % top-1, encoder features ≤ 1e-5. f16 and
+Bars: logits max|Δ| ≤ 1e-4 (aim 1e-5) with 100 % top-1, encoder features ≤ 1e-5. Audio
+prompts are held instead to HF's own float32 rounding of the same input: the package's
+logits must lie within ``F32_NOISE_FACTOR`` × (HF f32's max|Δ| from a float64 run of the
+same HF model, ``reference.hf_runner.float64_twin``) of that f64 run. Why: the 1.2 s prompt
+of ``test_audio_prompt`` (its audio features 6.6e-7 off HF f32's: the growth is not in the
+audio encoder) has a decode position (47) where text layers 2-5 amplify float32
+rounding about 60× (HF f32 is 5.1e-5 off f64 there, 2e-6 at layer 0; its median position is
+4e-6 off), so any two f32 implementations differ there by about 1e-4 (ORT vs HF f32
+1.13e-4; ORT vs f64 9.5e-5); the absolute bar cannot tell that from a bug, the relative
+one can, and is stricter where the input is well conditioned. Both runs are deterministic:
+repeated runs, ORT with 1 or 2 intra-op threads and torch with 1-16 threads give
+bit-identical logits (ORT graph optimizations off: 1.10e-4, the same amplified rounding).
+The factor 4: over 21 measured inputs (2 audio fixtures × 9 clip/prompt pairs, text-only,
+one image) ORT/HF distance to f64 ranged 0.67-3.3 (median 1.5); ORT's own audio features
+(held to HF f32's by the 1e-5 features bar) feed its decoder, HF f64 gets HF f32's. f16 and
 bf16 (emulated on CPU, see reference/run.py) builds of ``dense-mm`` run an image and an
 audio prompt (vision pooler, audio Compress) and are held to the tie-aware top-1 bars of the
 text tests (reference/metrics.py). Figures are printed (run with ``-s``).
@@ -33,6 +47,7 @@ from reference.specs import MAX_PROMPT_ID, MM_TOKEN_IDS
 pytestmark = [pytest.mark.reference, pytest.mark.l3]
 
 LOGITS_ATOL = 1e-4
+F32_NOISE_FACTOR = 4.0  # audio: ORT's distance to HF f64 ≤ this × HF f32's (module docstring)
 FEATURES_ATOL = 1e-5
 DECODE_STEPS = 8
 GREEDY_STEPS = 16
@@ -112,7 +127,8 @@ def _hf_logits(model, ids: np.ndarray, **media) -> np.ndarray:
             use_cache=False,
             **media,
         )
-    return out.logits.float().numpy()
+    logits = out.logits
+    return (logits if logits.dtype == torch.float64 else logits.float()).numpy()
 
 
 def _report(label: str, ref: np.ndarray, got: np.ndarray, prompt_len: int) -> float:
@@ -139,6 +155,16 @@ class _Case:
         self.build = cache.build(name, dtype=dtype)
         self.hf = hf if hf is not None else load_model(self.pair.saved, "gemma4")
         self.pipeline = load_pipeline(self.build.out)
+        self._hf64 = None
+
+    @property
+    def hf64(self):
+        """The float64 twin of the HF model (reference/hf_runner.py), made on first use."""
+        if self._hf64 is None:
+            from reference.hf_runner import float64_twin
+
+            self._hf64 = float64_twin(self.hf)
+        return self._hf64
 
 
 @pytest.fixture(scope="module")
@@ -265,7 +291,18 @@ def _audio_case(case, clips, length, seed, label):
     fd = float(np.abs(got_feats - ref_feats).max())
     print(f"\n[L3-mm] {label}: audio_features max|Δ| {fd:.3e}")
     assert fd <= FEATURES_ATOL
-    assert _report(label, ref, got, prompt.shape[1]) <= LOGITS_ATOL
+    _report(label, ref, got, prompt.shape[1])  # vs HF f32: printed, top-1 asserted
+    ref64 = _hf_logits(
+        case.hf64,
+        ids,
+        **{k: v.double() if v.is_floating_point() else v for k, v in hf_media.items()},
+    )
+    ours, hf_own = float(np.abs(got - ref64).max()), float(np.abs(ref - ref64).max())
+    print(
+        f"[L3-mm] {label}: logits max|Δ| from HF f64: package {ours:.3e}, HF f32 {hf_own:.3e} "
+        f"(ratio {ours / hf_own:.2f}, bar {F32_NOISE_FACTOR:g})"
+    )
+    assert ours <= F32_NOISE_FACTOR * hf_own, (label, ours, hf_own)
     return batch
 
 
@@ -325,7 +362,8 @@ def case_logits_without_overlay(model, ids, batch) -> np.ndarray:
         image_position_ids=torch.from_numpy(batch.pixel_position_ids),
         use_cache=False,
     )
-    return out.logits.float().numpy()
+    logits = out.logits
+    return (logits if logits.dtype == torch.float64 else logits.float()).numpy()
 
 
 def test_vision_bidirectional_batch(bidir):

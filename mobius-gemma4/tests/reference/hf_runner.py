@@ -56,3 +56,39 @@ def hf_cached_logits(model, ids: np.ndarray, prefill: int) -> np.ndarray:
             cache = out.past_key_values
             chunks.append(out.logits.float())
     return torch.cat(chunks, dim=1).numpy()
+
+
+def float64_twin(model):
+    """A float64 copy of an HF ``Gemma4ForConditionalGeneration``, media features from ``model``.
+
+    The exact-arithmetic stand-in a float32 run is measured against: how far HF's own f32
+    logits are from it is the rounding noise of that input. HF's audio attention casts
+    to float32 inside (``.float()`` in ``Gemma4AudioAttention``), so the towers cannot run
+    in f64: the copy takes the image / audio features from the f32 ``model`` (cast to
+    f64; the tests hold the package's features to HF f32's separately) and runs the
+    embedding and decoder in f64.
+    """
+    import copy
+
+    import torch
+
+    twin = copy.deepcopy(model).double()
+
+    def to_f32(x):
+        return x.float() if torch.is_tensor(x) and x.is_floating_point() else x
+
+    for name in ("get_image_features", "get_audio_features"):
+        f32 = getattr(model.model, name)
+
+        def features(*args, _f32=f32, **kwargs):
+            out = _f32(*map(to_f32, args), **{k: to_f32(v) for k, v in kwargs.items()})
+            pooled = out.pooler_output
+            out.pooler_output = (
+                pooled.double()
+                if torch.is_tensor(pooled)
+                else type(pooled)(p.double() for p in pooled)
+            )
+            return out
+
+        setattr(twin.model, name, features)  # instance attribute: shadows the method
+    return twin.eval()
