@@ -372,3 +372,32 @@ def test_overrides_and_excludes_pick_the_type(tiny_host, tmp_path) -> None:
     assert report.kept_float == {"w0": "--quant-exclude w0"}
     assert {k: v["bits"] for k, v in report.tensors.items()} == {"w1": 8, "w2": 4}
     assert [n.op_type for n in graph] == ["MatMul", "MatMulNBits", "MatMulNBits"]
+
+
+def test_initializer_also_read_elsewhere_stays_float() -> None:
+    """A weight that is also a graph output, or read by another op, is not rewritten."""
+    import onnx_ir as ir
+
+    from mobius.quantization import quantize_component
+    from mobius.records import QuantOptions
+    from mobius.weights import WeightPlan
+
+    f32 = ir.TensorType(ir.DataType.FLOAT)
+    x = ir.Value(name="x", type=f32, shape=ir.Shape([1, 64]))
+    w0 = ir.Value(name="w0", type=f32, shape=ir.Shape([64, 64]))
+    w1 = ir.Value(name="w1", type=f32, shape=ir.Shape([64, 64]))
+    y0 = ir.Value(name="y0", type=f32, shape=ir.Shape([1, 64]))
+    y1 = ir.Value(name="y1", type=f32, shape=ir.Shape([1, 64]))
+    t = ir.Value(name="t", type=f32, shape=ir.Shape([64, 64]))
+    nodes = [
+        ir.Node("", "MatMul", inputs=[x, w0], outputs=[y0]),
+        ir.Node("", "MatMul", inputs=[y0, w1], outputs=[y1]),
+        ir.Node("", "Transpose", inputs=[w1], outputs=[t]),
+    ]
+    graph = ir.Graph([x], [y1, t, w0], nodes=nodes, initializers=[w0, w1], opset_imports={"": 21})
+    plan = WeightPlan()
+    plan.add("w0", ref("a").transpose())
+    plan.add("w1", ref("b").transpose())
+    _, report = quantize_component(ir.Model(graph, ir_version=10), plan, QuantOptions())
+    assert report.tensors == {}
+    assert report.kept_float == {"w0": "a graph output", "w1": "also read by Transpose"}

@@ -168,6 +168,11 @@ def quantize_component(
         shape = tuple(value.shape) if value.shape is not None else ()
         kinds = {u.kind for u in uses}
         why = blocked.get(name)
+        seen = {id(u.node) for u in uses}
+        if why is None and any(id(use.node) not in seen for use in value.uses()):
+            why = "also read inside a subgraph"
+        if why is None and value.is_graph_output():
+            why = "a graph output"
         experts = len(shape) == 3 and kinds == {"gather"}
         if why is None and (
             dtype not in FLOATS or dtype == "float64" or not (len(shape) == 2 or experts)
