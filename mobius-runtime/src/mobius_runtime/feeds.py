@@ -67,7 +67,27 @@ def to_ortvalue(array: Any, ort_type: str, device: str = "cpu") -> Any:
         if data.size:
             value.update_inplace(bits)
         return value
+    if device == "cpu":
+        return _cpu_value(ort, data)
     return ort.OrtValue.ortvalue_from_numpy(data, device, 0)
+
+
+def _cpu_value(ort: Any, data: np.ndarray) -> Any:
+    """A CPU OrtValue over ``data`` (no copy; it keeps ``data`` alive).
+
+    Made through onnxruntime's C-level constructor with a cached device: the public
+    ``OrtValue.ortvalue_from_numpy`` looks the device up by name on every call, a
+    measurable share of a small model's decode step (see ``mobius_runtime.iobind``).
+    Falls back to the public call where the C-level module is not where expected.
+    """
+    try:
+        from onnxruntime.capi import _pybind_state as C
+
+        from mobius_runtime.iobind import _c_device
+
+        return ort.OrtValue(C.OrtValue.ortvalue_from_numpy(data, _c_device("cpu")), data)
+    except (ImportError, AttributeError, TypeError):
+        return ort.OrtValue.ortvalue_from_numpy(data, "cpu", 0)
 
 
 def to_numpy(value: Any) -> np.ndarray:
