@@ -1,7 +1,9 @@
-"""``mobius golden regen CASE...`` and ``mobius golden check [PATH...]`` (a typer sub-app).
+"""``mobius golden regen|reproduce CASE...`` and ``mobius golden check [PATH...]`` (typer).
 
 ``regen`` runs the HF reference (``[reference]`` extra; the GPU when torch sees
-one) and writes the L4/L5 goldens of each case. ``check`` runs the L4/L5 items of
+one) and writes the L4/L5 goldens of each case. ``reproduce`` reruns the reference
+and judges it against the stored goldens with the L4/L5 gates and the case's
+tolerances, writing nothing (:func:`mobius_testing.regen.reproduce_case`). ``check`` runs the L4/L5 items of
 case files through pytest with this package's plugin, so a CLI check and a CI
 run are the same code. Without paths, ``check`` uses ``MOBIUS_CASES`` (folders
 separated by ``os.pathsep``), else every folder the installed families register
@@ -99,6 +101,56 @@ def regen(
         for warning in result.warnings:
             typer.echo(f"warning: {warning}")
     if skipped == len(loaded):
+        raise typer.Exit(1)
+
+
+@app.command("reproduce")
+def reproduce(
+    cases: Annotated[list[Path], typer.Argument(help="case files (*.case.toml) or folders")],
+    golden_dir: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--golden-dir", help="goldens here instead of goldens/ beside each case"),
+    ] = None,
+    device: Annotated[
+        str, typer.Option("--device", help="reference device: auto (GPU when present), cpu, cuda")
+    ] = "auto",
+) -> None:
+    """Check that the HF reference still reproduces the stored goldens; writes nothing.
+
+    The reference's logits and greedy ids go through the same L4/L5 gates and case
+    tolerances as a package's check (not bit for bit: the CPU's vector kernels move
+    float32 logits in their last bits). Exit 1 when a case fails.
+    """
+    from mobius_testing.cases import find_cases, load_case
+    from mobius_testing.gates import FAIL
+    from mobius_testing.reference import missing_reference
+    from mobius_testing.regen import reproduce_case
+
+    reason = missing_reference()
+    if reason:
+        typer.echo(f"error: {reason}", err=True)
+        raise typer.Exit(2)
+    try:
+        loaded = [load_case(f) for f in find_cases(cases)]
+    except MobiusError as exc:
+        _fail(exc)
+    if not loaded:
+        typer.echo("error: no case files found", err=True)
+        raise typer.Exit(2)
+    failed = ran = 0
+    for case in loaded:
+        why = case.skip_reason()
+        if why:
+            typer.echo(f"skip {case.id}: {why}")
+            continue
+        try:
+            result = reproduce_case(case, golden_dir=golden_dir, device=device)
+        except MobiusError as exc:
+            _fail(exc)
+        ran += 1
+        failed += result.outcome == FAIL
+        typer.echo(f"{case.id}: {result.report()}")
+    if failed or not ran:
         raise typer.Exit(1)
 
 

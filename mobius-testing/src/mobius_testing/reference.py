@@ -236,6 +236,11 @@ class HFReference:
             "device_name": torch.cuda.get_device_name()
             if self.device == "cuda"
             else platform.machine(),
+            # the vector ISA torch's CPU kernels dispatch to (AVX2, AVX512, ...): it moves
+            # float32 logits in their last bits, see mobius_testing.regen
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()
+            if self.device == "cpu"
+            else None,
             "reference_dtype": self.torch_dtype,
             "case_dtype": case.dtype,
             "source": case.source if not case.local else _relative(case.source, case.file),
