@@ -19,14 +19,16 @@ def test_reads_model_type_and_raw(tmp_path: Path) -> None:
     assert read_config_file(tmp_path) == ("gemma4", {"model_type": "gemma4", "x": [1, 2]})
 
 
-def test_real_fixture_configs_parse() -> None:
-    folder = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "configs"
-    if not folder.is_dir():
-        pytest.skip("no shared fixture configs on this machine")
-    configs = sorted(p for p in folder.rglob("config.json"))
+def test_real_fixture_configs_parse(tmp_path: Path) -> None:
+    """Every full-size config bundled in testdata/configs reads as its model type."""
+    folder = Path(__file__).resolve().parents[2] / "testdata" / "configs"
+    configs = sorted(folder.glob("*.json"))
+    assert len(configs) >= 10, f"expected the bundled configs under {folder}"
     for path in configs:
-        model_type, raw = read_config_file(path.parent)
-        assert model_type == raw["model_type"]
+        (tmp_path / "config.json").write_bytes(path.read_bytes())
+        model_type, raw = read_config_file(tmp_path)
+        assert model_type == raw["model_type"], path.name
+        assert model_type in ("gemma4", "gemma4_text", "gemma4_unified", "qwen3", "qwen3_moe")
 
 
 def test_missing_folder(tmp_path: Path) -> None:
