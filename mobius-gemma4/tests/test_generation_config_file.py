@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import mobius
-from mobius_gemma4.genai_config import generation_eos
+from mobius.config import generation_eos
 
 pytestmark = pytest.mark.l1
 

@@ -63,6 +63,8 @@ def test_bundled_builds_and_generates(mobius_build, target):
     assert genai["model"]["type"] == "qwen3"
     assert genai["model"]["eos_token_id"] == [2, 0]
     pipeline = Pipeline.load(package, device="cpu")
+    # generation_config.json's eos ids (2, 0) reach the runtime too, not only genai_config
+    assert pipeline.text.processors.stop_token_ids == (2, 0)
     messages = [{"role": "user", "content": "We hold"}]
     result = pipeline.generate(messages=messages, max_new_tokens=8)
     assert 1 <= len(result.ids) <= 8

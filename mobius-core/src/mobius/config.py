@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,32 @@ def read_generation_config(path: str | Path | None) -> dict[str, Any] | None:
         problem,
     )
     return None
+
+
+def generation_eos(source: str | Path | Mapping[str, Any] | None) -> Any:
+    """The ``eos_token_id`` value of a generation config (None when there is none).
+
+    ``source`` is a ``generation_config.json`` path (read by
+    :func:`read_generation_config`, which names a malformed file in a warning) or a raw
+    ``config.json`` dict, where the runtime attaches the package's generation config
+    under :data:`GENERATION_CONFIG_KEY`. Build and run thus see the same ids.
+    """
+    if source is None or isinstance(source, (str, Path)):
+        generation = read_generation_config(source)
+    else:
+        generation = source.get(GENERATION_CONFIG_KEY)
+    return generation.get("eos_token_id") if isinstance(generation, dict) else None
+
+
+def eos_ids(*sources: Any) -> tuple[int, ...]:
+    """Every eos id the sources declare, in order, each once.
+
+    A source is an int, a list of ints or None (HF writes ``eos_token_id`` in all three
+    shapes); anything else in it (a bool, a string) is not an id and is skipped.
+    """
+    ids: list[int] = []
+    for source in sources:
+        for value in source if isinstance(source, (list, tuple)) else [source]:
+            if isinstance(value, int) and not isinstance(value, bool):
+                ids.append(value)
+    return tuple(dict.fromkeys(ids))

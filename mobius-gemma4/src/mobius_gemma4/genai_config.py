@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from mobius.config import read_generation_config
+from mobius.config import generation_eos
 from mobius.records import BuildOptions, RuntimeFile
 from mobius_gemma4.config import Gemma4Config
 
@@ -165,17 +165,6 @@ def audio_processor_json(config: Gemma4Config) -> dict:
             ]
         }
     }
-
-
-def generation_eos(path) -> list[int] | int | None:
-    """``eos_token_id`` of the checkpoint's ``generation_config.json`` (None if absent).
-
-    Read by :func:`mobius.config.read_generation_config`, the reader the runtime uses
-    for the package's copy, so a build and a run see the same ids; a malformed file is
-    named in a warning, never dropped silently.
-    """
-    raw = read_generation_config(path)
-    return raw.get("eos_token_id") if raw is not None else None
 
 
 def runtime_files(

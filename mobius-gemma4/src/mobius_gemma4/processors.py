@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mobius.config import GENERATION_CONFIG_KEY
+from mobius.config import eos_ids, generation_eos
 from mobius.errors import MobiusError
 from mobius.records import Processors
 from mobius_gemma4.config import Gemma4Config
@@ -132,7 +132,7 @@ def audio_preprocessor(config: Gemma4Config):
 
 
 def stop_token_ids(
-    config: Gemma4Config, generation_eos: list[int] | int | None = None
+    config: Gemma4Config, generation_eos_ids: list[int] | int | None = None
 ) -> tuple[int, ...]:
     """The ids that end generation: every eos id the checkpoint declares.
 
@@ -140,15 +140,8 @@ def stop_token_ids(
     ``[1, 106]`` there: ``<turn|>`` ends a chat turn) and generation_config's.
     No id is assumed: a tiny vocabulary may use 106 for an ordinary token.
     """
-    ids: list[int] = list(config.text.eos_token_id)
     top = config.raw.get("eos_token_id") if config.raw else None
-    for extra in (top, generation_eos):
-        if extra is None:
-            continue
-        for i in extra if isinstance(extra, list) else [extra]:
-            if isinstance(i, int) and not isinstance(i, bool):
-                ids.append(i)
-    return tuple(dict.fromkeys(ids))
+    return eos_ids(config.text.eos_token_id, top, generation_eos_ids)
 
 
 def text_processors(config: Gemma4Config) -> Processors:
@@ -156,8 +149,7 @@ def text_processors(config: Gemma4Config) -> Processors:
     from mobius_gemma4.ports import has_audio, has_vision
 
     # the package's generation_config.json, attached by the runtime (mobius_processors)
-    generation = config.raw.get(GENERATION_CONFIG_KEY) if config.raw else None
-    eos = generation.get("eos_token_id") if isinstance(generation, dict) else None
+    eos = generation_eos(config.raw) if config.raw else None
     media = has_vision(config) or has_audio(config)
     return Processors(
         format_prompt=format_chat_prompt,

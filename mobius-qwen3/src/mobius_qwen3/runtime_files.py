@@ -11,7 +11,9 @@ type. Tokenizer files are copied when present; the chat template is core's busin
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from mobius.config import GENERATION_CONFIG_NAME, eos_ids, generation_eos
 from mobius.records import BuildOptions, RuntimeFile
 from mobius_qwen3.config import Qwen3Config
 
@@ -25,12 +27,9 @@ TOKENIZER_FILES = (
 )
 
 
-def stop_ids(config: Qwen3Config, generation_eos=None) -> tuple[int, ...]:
+def stop_ids(config: Qwen3Config, generation_eos_ids: Any = None) -> tuple[int, ...]:
     """Every eos id the checkpoint declares: config.json's, then generation_config's."""
-    ids = list(config.eos_token_id)
-    extra = generation_eos if isinstance(generation_eos, list) else [generation_eos]
-    ids += [i for i in extra if isinstance(i, int) and not isinstance(i, bool)]
-    return tuple(dict.fromkeys(ids))
+    return eos_ids(config.eos_token_id, generation_eos_ids)
 
 
 def genai_config(config: Qwen3Config, eos: tuple[int, ...]) -> dict:
@@ -61,13 +60,8 @@ def genai_config(config: Qwen3Config, eos: tuple[int, ...]) -> dict:
 
 
 def runtime_files(config: Qwen3Config, checkpoint, options: BuildOptions) -> list[RuntimeFile]:
-    gen_eos = None
-    gen_path = checkpoint.file("generation_config.json") if checkpoint is not None else None
-    if gen_path is not None:
-        try:
-            gen_eos = json.loads(gen_path.read_text()).get("eos_token_id")
-        except (OSError, ValueError, AttributeError):
-            gen_eos = None
+    gen_path = checkpoint.file(GENERATION_CONFIG_NAME) if checkpoint is not None else None
+    gen_eos = generation_eos(gen_path)  # a malformed file is named in a warning
     text = json.dumps(genai_config(config, stop_ids(config, gen_eos)), indent=2)
     files = [RuntimeFile("genai_config.json", content=text.encode())]
     if checkpoint is not None:
