@@ -97,6 +97,9 @@ def package_files(folder: Path) -> set[str] | None:
         listed.add(_norm(entry["path"]))
         if isinstance(entry.get("data"), str):
             listed.add(_norm(entry["data"]))
+        shared = entry.get("shared")
+        if isinstance(shared, dict) and isinstance(shared.get("path"), str):
+            listed.add(_norm(shared["path"]))  # one file hard-linked into several folders
     files = manifest.get("files") or {}
     if isinstance(files, dict):
         listed.update(_norm(rel) for rel in files if isinstance(rel, str))

@@ -214,13 +214,12 @@ class Pipeline:
 
     def _open_rewritten(self, component: str) -> Any:
         """A session over ``graph_transform`` of the component's graph, optimizations as asked."""
-        import onnx
         import onnxruntime as ort
 
         from mobius_runtime.device import providers_for
-        from mobius_runtime.sessions import check_ports, session_options
+        from mobius_runtime.sessions import check_ports, load_with_weights, session_options
 
-        model = onnx.load(str(self._paths[component]))  # external weights loaded too
+        model = load_with_weights(self._paths[component])
         check_ports(_GraphPorts(model.graph), self.contract.component(component))
         if self._transform is not None:
             model = self._transform(model)

@@ -109,6 +109,37 @@ CUDA from onnxruntime's kernel registrations (docs/quantization.md)."""
 _EP_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
+def load_with_weights(path: Path) -> Any:
+    """The ``onnx.ModelProto`` at ``path`` with its external data read in (a package
+    already checked: every reference lies inside a pinned file).
+
+    Not ``onnx.load(path)``: onnx (and onnx_ir) refuse external data with more than one
+    hard link, and a package's ``shared.data`` (docs/internals.md) has one per component
+    reading it; onnxruntime reads it as any file.
+    """
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    graphs, tensors = [model.graph], []
+    while graphs:
+        graph = graphs.pop()
+        tensors.extend(graph.initializer)
+        for node in graph.node:
+            for attr in node.attribute:
+                tensors.extend([attr.t] if attr.HasField("t") else attr.tensors)
+                graphs.extend([attr.g] if attr.HasField("g") else attr.graphs)
+    for tensor in tensors:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        with open(path.parent / info["location"], "rb") as f:
+            f.seek(int(info.get("offset", 0)))
+            tensor.raw_data = f.read(int(info["length"])) if "length" in info else f.read()
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+    return model
+
+
 def quant_kernel_problem(path: Path, device: str) -> str | None:
     """Why the quantized ops of the graph at ``path`` have no kernel on ``device``, or None.
 

@@ -6,6 +6,8 @@ Layout (see ``docs/internals.md``)::
       mobius.json               manifest (format_version, contract, components, files, ...)
       decoder/model.onnx        graph; initializers of 1 KiB or more are external
       decoder/model.onnx.data   tensor data, each tensor 64-byte aligned
+      embedding/shared.data     tensors two components plan identically (a tied table),
+      decoder/shared.data       stored once: the second is a hard link of the first
       genai_config.json, tokenizer.json, ...   runtime files
 
 Modules, by job: :mod:`~mobius.package.manifest` (format constants, reading and
@@ -23,6 +25,7 @@ from mobius.package.manifest import (
     INLINE_LIMIT,
     MANIFEST_NAME,
     MODEL_NAME,
+    SHARED_NAME,
 )
 from mobius.package.reader import Package, read_package
 from mobius.package.verify import verify_package
@@ -36,6 +39,7 @@ __all__ = [
     "INLINE_LIMIT",
     "MANIFEST_NAME",
     "MODEL_NAME",
+    "SHARED_NAME",
     "Package",
     "read_package",
     "remove_stale_siblings",

@@ -88,6 +88,16 @@ def pinned_files(manifest: dict[str, Any]) -> list[Pinned]:
                     entry.get("data_size"),
                 )
             )
+        shared = entry.get("shared")
+        if isinstance(shared, dict):
+            out.append(
+                Pinned(
+                    f"component {name} shared weights",
+                    shared["path"],
+                    shared.get("sha256"),
+                    shared.get("size"),
+                )
+            )
     for rel, entry in (manifest.get("files") or {}).items():
         out.append(Pinned("runtime file", rel, entry.get("sha256"), entry.get("size")))
     return out
@@ -137,14 +147,17 @@ def check_package(
         return CheckResult(package, [], hashed=False)
 
     if hash_files:
+        hashed: dict[tuple[int, int], str] = {}  # (device, inode) -> sha256: a hard link once
         for pin in pinned:
             if pin.rel not in found:
                 continue  # missing or wrong size: reported above, never hashed
+            inode = (identities[pin.rel][4], identities[pin.rel][3])
             try:
-                actual, _ = _sha256_size(found[pin.rel])
+                actual = hashed.get(inode) or _sha256_size(found[pin.rel])[0]
             except OSError as exc:
                 problems.append(f"{pin.rel}: cannot be read ({exc.strerror or exc})")
                 continue
+            hashed[inode] = actual
             if actual != pin.sha256:
                 problems.append(
                     f"{pin.rel}: sha256 {actual} does not match the manifest ({pin.sha256}); "

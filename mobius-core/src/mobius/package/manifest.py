@@ -20,6 +20,10 @@ MANIFEST_NAME = outdir.MANIFEST_NAME
 FORMAT_VERSION = 1
 MODEL_NAME = "model.onnx"
 DATA_NAME = "model.onnx.data"
+SHARED_NAME = "shared.data"
+"""External data that several components read (a tied embedding / lm_head): written once
+in the first such component's folder, a hard link of it in each other's (see
+:mod:`mobius.package`)."""
 ALIGNMENT = 64
 """Byte alignment of every tensor in external data (friendly to memory-mapped loads)."""
 
@@ -138,6 +142,8 @@ def manifest_problems(manifest: dict[str, Any]) -> list[str]:
         problems += _pin_problems(where, entry, "data_sha256", "data_size")
         if "size" in entry and not _nonneg_int(entry["size"]):
             problems.append(f"{where}.size is not a non-negative integer")
+        if "shared" in entry:
+            problems += _shared_problems(where, entry["shared"], components)
     files = manifest.get("files", {})
     if not isinstance(files, dict):
         problems.append("files is not an object of relative path -> {sha256, size}")
@@ -154,6 +160,37 @@ def manifest_problems(manifest: dict[str, Any]) -> list[str]:
     for key in ("model_type", "task", "dtype", "target"):
         if key in manifest and not isinstance(manifest[key], str):
             problems.append(f"{key} is not a string")
+    return problems
+
+
+def _shared_problems(where: str, shared: Any, components: dict[str, Any]) -> list[str]:
+    """A component's ``shared`` pin: ``{path, sha256, size}`` and, on every component but
+    the one whose folder was written first, ``same_file_as`` naming that one's path (the
+    same file: equal sha256 and size)."""
+    where = f"{where}.shared"
+    if not isinstance(shared, dict):
+        return [f"{where} is not an object of path, sha256, size"]
+    problems = []
+    if not isinstance(shared.get("path"), str):
+        problems.append(f"{where}.path is not a string")
+    problems += _pin_problems(where, shared, "sha256", "size")
+    same = shared.get("same_file_as")
+    if same is not None:
+        first = [
+            e["shared"]
+            for e in components.values()
+            if isinstance(e, dict)
+            and isinstance(e.get("shared"), dict)
+            and e["shared"].get("path") == same
+            and "same_file_as" not in e["shared"]
+        ]
+        if not isinstance(same, str) or not first:
+            problems.append(f"{where}.same_file_as names no other component's shared file")
+        elif (first[0].get("sha256"), first[0].get("size")) != (
+            shared.get("sha256"),
+            shared.get("size"),
+        ):
+            problems.append(f"{where}: sha256 and size differ from those of {same}, its own file")
     return problems
 
 

@@ -46,6 +46,7 @@ from mobius.package.manifest import (
     INLINE_LIMIT,
     MANIFEST_NAME,
     MODEL_NAME,
+    SHARED_NAME,
     _sha256_size,
 )
 from mobius.package.stamp import STAMP_NAME
@@ -129,10 +130,13 @@ def write_package(
         tmp = outdir.make_temp_sibling(out)
     try:
         entries = {}
+        shared = _find_shared(components, inline_limit)
         for name, model in components.items():
             token = _chunk_bytes.set(chunk_bytes)
             try:
-                entries[name] = _write_component(tmp, out, name, model, progress, inline_limit)
+                entries[name] = _write_component(
+                    tmp, out, name, model, progress, inline_limit, shared
+                )
             finally:
                 _chunk_bytes.reset(token)
         files = {}
@@ -218,6 +222,48 @@ def _graph_initializers(model: ir.Model) -> list[ir.Value]:
     return values
 
 
+@dataclasses.dataclass
+class _Shared:
+    """Tensors that two or more components plan identically (same ``share_key``), stored
+    once: in ``SHARED_NAME`` of the first such component's folder, hard-linked into the
+    others' (onnxruntime refuses external data outside a model's folder)."""
+
+    tensors: dict[Any, ir.TensorProtocol]
+    """share key -> the tensor to write (the first component's), in write order."""
+    users: set[str]
+    """Components that read at least one of them."""
+    where: dict[Any, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    """share key -> (offset, bytes) in the written file."""
+    first: str | None = None
+    """The component whose folder holds the file once it is written."""
+    sha256: str = ""
+    size: int = 0
+
+
+def _share_key(tensor: ir.TensorProtocol) -> Any:
+    key = getattr(tensor, "share_key", None)
+    return key() if callable(key) else None
+
+
+def _find_shared(components: Mapping[str, ir.Model], inline_limit: int) -> _Shared:
+    """The external tensors planned identically in more than one component."""
+    first: dict[Any, tuple[str, ir.TensorProtocol]] = {}
+    users: dict[Any, set[str]] = {}
+    for name, model in components.items():
+        for value in _graph_initializers(model):
+            if _inline(value.const_value, inline_limit):
+                continue
+            key = _share_key(value.const_value)
+            if key is not None:
+                first.setdefault(key, (name, value.const_value))
+                users.setdefault(key, set()).add(name)
+    keys = [key for key in first if len(users[key]) > 1]
+    return _Shared(
+        {key: first[key][1] for key in keys},
+        set().union(*(users[key] for key in keys)),
+    )
+
+
 def _write_component(
     tmp: Path,
     out: Path,
@@ -225,38 +271,40 @@ def _write_component(
     model: ir.Model,
     progress: _Progress | None,
     inline_limit: int,
+    shared: _Shared,
 ) -> dict[str, Any]:
     folder = tmp / name
     with _room(out, name):
         folder.mkdir()
     model_path, data_path = folder / MODEL_NAME, folder / DATA_NAME
     values = [v for v in _graph_initializers(model) if not _inline(v.const_value, inline_limit)]
+    keys = {id(v): _share_key(v.const_value) for v in values}
+    own = [v for v in values if keys[id(v)] not in shared.tensors]
+    writes_shared = name in shared.users and shared.first is None
     if progress is not None:
-        progress.component_started(name, len(values))
+        progress.component_started(name, len(own) + (len(shared.tensors) if writes_shared else 0))
     originals: list[tuple[ir.Value, Any]] = []
     data_hash = hashlib.sha256()
     try:
+        if name in shared.users:
+            if writes_shared:
+                _write_shared(folder, out, name, shared, progress)
+            else:
+                assert shared.first is not None
+                _link(tmp / shared.first / SHARED_NAME, folder / SHARED_NAME, out, name, progress)
+            for value in values:
+                key = keys[id(value)]
+                if key in shared.tensors:
+                    offset, nbytes = shared.where[key]
+                    originals.append((value, value.const_value))
+                    value.const_value = _external(value, SHARED_NAME, offset, nbytes, folder)
         with _room(out, f"{name}/{DATA_NAME}"), data_path.open("wb") as f:
             offset = 0
-            for value in values:
+            for value in own:
                 tensor = value.const_value
-                pad = (-offset) % ALIGNMENT
-                if pad:
-                    f.write(b"\0" * pad)
-                    data_hash.update(b"\0" * pad)
-                    offset += pad
-                nbytes = _write_tensor(f, tensor, data_hash)
-                external = ir.ExternalTensor(
-                    DATA_NAME,
-                    offset,
-                    nbytes,
-                    tensor.dtype,
-                    shape=tensor.shape,
-                    name=value.name or tensor.name or "",
-                    base_dir=folder,
-                )
+                offset, nbytes = _append(f, tensor, data_hash, offset)
                 originals.append((value, tensor))
-                value.const_value = external
+                value.const_value = _external(value, DATA_NAME, offset, nbytes, folder)
                 offset += nbytes
                 if progress is not None:
                     progress.tensor_written(name, value.name or "", nbytes)
@@ -269,7 +317,7 @@ def _write_component(
         progress.component_finished(name)
     model_sha, model_size = _sha256_size(model_path)
     data_size = data_path.stat().st_size
-    return {
+    entry: dict[str, Any] = {
         "path": f"{name}/{MODEL_NAME}",
         "data": f"{name}/{DATA_NAME}",
         "sha256": model_sha,
@@ -278,6 +326,81 @@ def _write_component(
         "model_size": model_size,
         "data_size": data_size,
     }
+    if name in shared.users:
+        entry["shared"] = {
+            "path": f"{name}/{SHARED_NAME}",
+            "sha256": shared.sha256,
+            "size": shared.size,
+        }
+        if shared.first != name:
+            entry["shared"]["same_file_as"] = f"{shared.first}/{SHARED_NAME}"
+        entry["size"] += shared.size
+    return entry
+
+
+def _append(f: IO[bytes], tensor: ir.TensorProtocol, digest: Any, offset: int) -> tuple[int, int]:
+    """Pad ``f`` (at ``offset``) to :data:`ALIGNMENT`, append ``tensor``; return its
+    (offset, bytes)."""
+    pad = (-offset) % ALIGNMENT
+    if pad:
+        f.write(b"\0" * pad)
+        digest.update(b"\0" * pad)
+    return offset + pad, _write_tensor(f, tensor, digest)
+
+
+def _external(
+    value: ir.Value, location: str, offset: int, nbytes: int, folder: Path
+) -> ir.ExternalTensor:
+    tensor = value.const_value
+    assert tensor is not None
+    return ir.ExternalTensor(
+        location,
+        offset,
+        nbytes,
+        tensor.dtype,
+        shape=tensor.shape,
+        name=value.name or tensor.name or "",
+        base_dir=folder,
+    )
+
+
+def _write_shared(
+    folder: Path, out: Path, name: str, shared: _Shared, progress: _Progress | None
+) -> None:
+    """Write every shared tensor into ``folder``/:data:`SHARED_NAME` (streamed, hashed)."""
+    digest = hashlib.sha256()
+    with _room(out, f"{name}/{SHARED_NAME}"), (folder / SHARED_NAME).open("wb") as f:
+        offset = 0
+        for key, tensor in shared.tensors.items():
+            offset, nbytes = _append(f, tensor, digest, offset)
+            shared.where[key] = (offset, nbytes)
+            offset += nbytes
+            if progress is not None:
+                progress.tensor_written(name, tensor.name or "", nbytes)
+    shared.first, shared.sha256 = name, digest.hexdigest()
+    shared.size = (folder / SHARED_NAME).stat().st_size
+
+
+def _link(source: Path, dest: Path, out: Path, name: str, progress: _Progress | None) -> None:
+    """Hard-link ``source`` (a file this writer wrote in its temporary folder) to ``dest``;
+    copy it where the file system refuses hard links (FAT, some network shares)."""
+    try:
+        os.link(source, dest, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in _NO_ROOM:
+            raise PackageError(
+                f"{_NO_ROOM[exc.errno][0]} while linking {name}/{SHARED_NAME}; the partial "
+                "package was removed",
+                where=str(out),
+                fix=_NO_ROOM[exc.errno][1],
+            ) from exc
+        if progress is not None:
+            progress.message(
+                f"{name}/{SHARED_NAME}: the file system refuses hard links "
+                f"({exc.strerror or exc}); copied instead (stored twice on disk)"
+            )
+        with _room(out, f"{name}/{SHARED_NAME}"):
+            shutil.copyfile(source, dest)
 
 
 def _inline(tensor: ir.TensorProtocol, limit: int) -> bool:

@@ -13,7 +13,7 @@ import onnx_ir as ir
 
 from mobius.errors import WeightPlanError
 from mobius.weights.dtypes import CHUNK_BYTES, IR_DTYPES, NAME_OF_IR, NUMPY_DTYPES, Shape
-from mobius.weights.expr import TensorExpr
+from mobius.weights.expr import TensorExpr, _Constant, _Reshape
 from mobius.weights.finite import count_non_finite, warn_non_finite
 
 if TYPE_CHECKING:
@@ -147,8 +147,26 @@ class PlannedTensor(ir.LazyTensor):
             self._checked = True
             self._warn(nan, inf, size)
 
+    def share_key(self) -> tuple[object, ...] | None:
+        """What makes two planned tensors the same bytes: the checkpoint, the expression
+        (its ``repr`` names every source and transform, quantize steps with their scheme)
+        less any outer reshape (the bytes of a C-order reshape are its source's), dtype
+        and element count; None when the expression holds a constant (its ``repr`` does
+        not show the values). The package writer stores tensors of equal keys once.
+        """
+        expr = self.expr
+        while isinstance(expr, _Reshape):
+            expr = expr.src
+        if _holds_constant(expr):
+            return None
+        return (id(self.checkpoint), repr(expr), self.dtype, self.size)
+
     def _warn(self, nan: int, inf: int, size: int) -> None:
         warn_non_finite(nan, inf, size, self.expr, self.name or "", self.component)
+
+
+def _holds_constant(expr: TensorExpr) -> bool:
+    return isinstance(expr, _Constant) or any(_holds_constant(c) for c in expr.children())
 
 
 SHOWN_MISSING = 20

@@ -403,7 +403,8 @@ class _QuantPart(TensorExpr):
     def __repr__(self) -> str:
         s = self.job.scheme
         sym = "sym" if s.symmetric else "asym"
-        return f"{self.job.rows!r}.quantize(int{s.bits}, {s.block_size}, {sym}).{self.part}"
+        how = "" if s.search else ", rtn"  # the scale choice changes the bytes
+        return f"{self.job.rows!r}.quantize(int{s.bits}, {s.block_size}, {sym}{how}).{self.part}"
 
     def children(self) -> tuple[TensorExpr, ...]:
         return (self.job.rows,)
