@@ -21,6 +21,9 @@ Builds the bundled tiny checkpoints under testdata/ and runs seven cases:
   with accuracy level 4, GatherBlockQuantized embeddings, the tied lm_head read from
   the same packed table): onnxruntime-genai loads the quantized package and generates
   the ids mobius-runtime generates from it.
+- ``tiny-gemma4-mm/text+int4``: the split package quantized: the embedding and decoder
+  graphs read the packed tied table from one ``shared.data`` (a hard link in each
+  folder, docs/internals.md).
 
 For each case it checks, and exits non-zero unless all hold:
 
@@ -79,6 +82,7 @@ CASES = (
     Case("tiny-gemma4-mm", "image", "Describe this picture.", TESTDATA / "media" / "tiny.png"),
     Case("tiny-gemma4-mm", "audio", "Transcribe this clip.", TESTDATA / "media" / "tiny.wav"),
     Case("tiny-gemma4", "text", "Hello, tell me about the sea.", quant="int4"),
+    Case("tiny-gemma4-mm", "text", "Hello, tell me about the sea.", quant="int4"),
     Case("tiny-qwen3", "text", "Hello, tell me about the sea."),
 )
 
