@@ -56,7 +56,9 @@ class _Messages:
         self.lines.append(text)
 
 
-def _write(tmp_path: Path, ckpt: Checkpoint, progress: object = None) -> Path:
+def _write(
+    tmp_path: Path, ckpt: Checkpoint, progress: object = None, *, force: bool = False
+) -> Path:
     components = {
         "embedding": _component(
             ckpt, "embedding", {"embed": ref("table"), "own": ref("other"), "k": constant(TABLE)}
@@ -77,6 +79,7 @@ def _write(tmp_path: Path, ckpt: Checkpoint, progress: object = None) -> Path:
         components=components,
         manifest={},
         progress=progress,  # type: ignore[arg-type]
+        force=force,
     )
 
 
@@ -103,6 +106,10 @@ def test_identical_plans_are_written_once_and_linked(tmp_path: Path, ckpt: Check
     np.testing.assert_array_equal(_read(out, "decoder", head), TABLE)
     for own in ("scaled", "k2"):
         assert str(decoder.graph.initializers[own].const_value.location) == "model.onnx.data"
+    # The links are package files: --force may replace the package (mobius.outdir).
+    inode = first.stat().st_ino
+    assert _write(tmp_path, ckpt, force=True) == out
+    assert (out / "embedding" / SHARED_NAME).stat().st_ino != inode
 
 
 def _read(out: Path, component: str, tensor: ir.ExternalTensor) -> np.ndarray:
