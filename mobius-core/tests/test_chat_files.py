@@ -52,3 +52,15 @@ def test_no_template_and_plugin_files_are_kept(tmp_path, caplog):
     plugin = [RuntimeFile("chat_template.jinja", content=b"P"), RuntimeFile("x", content=b"")]
     assert set(_by_path(chat_files(_Checkpoint(tmp_path), plugin))) == {"tokenizer_config.json"}
     assert chat_files(_Checkpoint(tmp_path / "missing"), []) == []
+
+
+def test_tokenizer_files_are_copied_for_every_family(tmp_path):
+    """Core copies each tokenizer file the checkpoint has; a plugin's own file of that
+    name wins (it is not copied twice); absent ones are skipped."""
+    for name in ("tokenizer.json", "generation_config.json", "vocab.json", "merges.txt"):
+        (tmp_path / name).write_text("{}")
+    plugin = [RuntimeFile("merges.txt", content=b"plugin's own")]
+    files = chat_files(_Checkpoint(tmp_path), plugin)
+    paths = [rf.path for rf in files]
+    assert paths == ["tokenizer.json", "generation_config.json", "vocab.json"]
+    assert all(rf.source == tmp_path / rf.path for rf in files)

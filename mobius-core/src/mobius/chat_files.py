@@ -1,4 +1,8 @@
-"""The checkpoint's chat template, copied into every package (whatever the family).
+"""The checkpoint's tokenizer files and chat template, copied into every package.
+
+Whatever the family, a package carries the checkpoint's tokenizer files
+(:data:`TOKENIZER_FILES`, each when present) so the runtime and onnxruntime-genai can
+encode and decode text, stop on generation_config's eos ids, and render chats.
 
 A chat model's prompt layout belongs to its checkpoint, not to the family plugin:
 HF reads it from ``chat_template.jinja`` or, in older checkpoints, from
@@ -20,6 +24,14 @@ from mobius.records import RuntimeFile
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "generation_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+)
+"""Copied as they are when the checkpoint has them (``tokenizer_config.json`` too, below)."""
 
 log = logging.getLogger("mobius.builder")
 
@@ -44,9 +56,16 @@ def _from_tokenizer_config(raw: Any, where: str) -> str | None:
 
 
 def chat_files(checkpoint: Any, plugin_files: Sequence[RuntimeFile]) -> list[RuntimeFile]:
-    """Runtime files carrying the checkpoint's chat template, beside the plugin's own."""
+    """The checkpoint's tokenizer files and chat template, beside the plugin's own files.
+
+    A file the plugin already ships under the same name is the plugin's to give.
+    """
     taken = {rf.path for rf in plugin_files}
     out: list[RuntimeFile] = []
+    for name in TOKENIZER_FILES:
+        path = checkpoint.file(name)
+        if path is not None and name not in taken:
+            out.append(RuntimeFile(name, source=path))
     config_path = checkpoint.file(TOKENIZER_CONFIG_FILE)
     if config_path is not None and TOKENIZER_CONFIG_FILE not in taken:
         out.append(RuntimeFile(TOKENIZER_CONFIG_FILE, source=config_path))

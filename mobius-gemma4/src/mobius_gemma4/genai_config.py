@@ -20,14 +20,6 @@ from mobius.config import generation_eos
 from mobius.records import BuildOptions, RuntimeFile
 from mobius_gemma4.config import Gemma4Config
 
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "generation_config.json",
-    "special_tokens_map.json",
-)
-"""Copied when present; core adds the chat template (``mobius.chat_files``) for every family."""
-
 
 def genai_config(config: Gemma4Config, eos: list[int]) -> dict:
     text = config.text
@@ -188,9 +180,4 @@ def runtime_files(
     ):
         if present:
             files.append(RuntimeFile(name, content=json.dumps(make(config), indent=2).encode()))
-    if checkpoint is not None:
-        for name in TOKENIZER_FILES:
-            path = checkpoint.file(name)
-            if path is not None:
-                files.append(RuntimeFile(name, source=path))
-    return files
+    return files  # tokenizer files and the chat template: core copies them (mobius.chat_files)

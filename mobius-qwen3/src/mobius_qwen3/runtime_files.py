@@ -1,11 +1,11 @@
-"""Runtime files of a Qwen3 package: ``genai_config.json`` and the checkpoint's tokenizer.
+"""Runtime files of a Qwen3 package: ``genai_config.json`` (the tokenizer comes from core).
 
 onnxruntime-genai 0.18 runs model type ``qwen3`` as a plain decoder LLM: one
 ``decoder`` graph with its default port names, which are exactly this package's
 (``input_ids``, ``attention_mask``, ``position_ids``, ``past_key_values.{i}.key`` /
 ``present.{i}.key``, ``logits``). qwen3_moe packages have the same ports and use the same
-type. Tokenizer files are copied when present; the chat template is core's business
-(``mobius.chat_files`` copies it for every family).
+type. Tokenizer files and the chat template are core's business (``mobius.chat_files``
+copies them for every family).
 """
 
 from __future__ import annotations
@@ -16,15 +16,6 @@ from typing import Any
 from mobius.config import GENERATION_CONFIG_NAME, eos_ids, generation_eos
 from mobius.records import BuildOptions, RuntimeFile
 from mobius_qwen3.config import Qwen3Config
-
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "generation_config.json",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-)
 
 
 def stop_ids(config: Qwen3Config, generation_eos_ids: Any = None) -> tuple[int, ...]:
@@ -63,10 +54,5 @@ def runtime_files(config: Qwen3Config, checkpoint, options: BuildOptions) -> lis
     gen_path = checkpoint.file(GENERATION_CONFIG_NAME) if checkpoint is not None else None
     gen_eos = generation_eos(gen_path)  # a malformed file is named in a warning
     text = json.dumps(genai_config(config, stop_ids(config, gen_eos)), indent=2)
-    files = [RuntimeFile("genai_config.json", content=text.encode())]
-    if checkpoint is not None:
-        for name in TOKENIZER_FILES:
-            path = checkpoint.file(name)
-            if path is not None:
-                files.append(RuntimeFile(name, source=path))
-    return files
+    # tokenizer files and the chat template: core copies them for every family
+    return [RuntimeFile("genai_config.json", content=text.encode())]
