@@ -70,9 +70,9 @@ def _sampling(sample: bool, temperature, top_k, top_p, seed) -> dict[str, Any]:
     }
 
 
-def _load(package: Path, device: str, threads: int | None):
+def require_package(package: Path) -> None:
+    """A one-line error before anything loads when ``package`` is no package folder."""
     from mobius.errors import PackageError
-    from mobius_runtime.pipeline import Pipeline
 
     if not (package / "mobius.json").is_file():
         raise PackageError(
@@ -82,6 +82,12 @@ def _load(package: Path, device: str, threads: int | None):
             where=str(package),
             fix="build one with `mobius build SOURCE OUT`, then pass OUT",
         )
+
+
+def _load(package: Path, device: str, threads: int | None):
+    from mobius_runtime.pipeline import Pipeline
+
+    require_package(package)
     pipeline = Pipeline.load(package, device=device, threads=threads)
     try:
         pipeline.check_generative()

@@ -93,7 +93,6 @@ def _server(
     threads: int | None,
     allow_remote_media: bool,
 ) -> Any:
-    from mobius.errors import PackageError
 
     try:
         import uvicorn
@@ -105,18 +104,12 @@ def _server(
             where="mobius-runtime[serve]",
             fix='pip install "mobius-runtime[serve]"',
         ) from None
+    from mobius_runtime.cli import require_package
     from mobius_runtime.engine import Engine
     from mobius_runtime.errors import RequestError
     from mobius_runtime.pipeline import Pipeline
 
-    if not (package / "mobius.json").is_file():
-        raise PackageError(
-            f"{package} is not a model package (no mobius.json)"
-            if package.is_dir()
-            else f"package folder {package} does not exist",
-            where=str(package),
-            fix="build one with `mobius build SOURCE OUT`, then pass OUT",
-        )
+    require_package(package)
     _configure_logging()
     log.info("loading %s (device %s)", package, device)
     pipeline = Pipeline.load(package, device=device, threads=threads)
