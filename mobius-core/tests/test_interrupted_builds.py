@@ -14,6 +14,7 @@ just before its rename), writes a marker file, and waits to be signalled.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -87,9 +88,9 @@ def half_then_pause(f, tensor, digest):
 move_into_place = package._move_into_place
 
 
-def pause_then_move(tmp, out):
+def pause_then_move(tmp, out, notice=None):
     pause("rename")
-    move_into_place(tmp, out)
+    move_into_place(tmp, out, notice)
 
 
 package._write_tensor = half_then_pause
@@ -279,7 +280,11 @@ def test_only_siblings_of_dead_writers_of_this_out_are_removed(tmp_path: Path) -
         for name in names:
             (tmp_path / name).mkdir()
             (tmp_path / name / "model.onnx.data").write_bytes(b"x" * 10)
-            manifest = {"format_version": 1, "components": {"m": {"path": "model.onnx.data"}}}
+            pin = {"sha256": hashlib.sha256(b"x" * 10).hexdigest(), "model_size": 10}
+            manifest = {
+                "format_version": 1,
+                "components": {"m": {"path": "model.onnx.data", **pin}},
+            }
             (tmp_path / name / MANIFEST_NAME).write_text(json.dumps(manifest))
         out.mkdir()  # the swap finished: the old sibling is a superseded copy
         removed = remove_stale_siblings(out)

@@ -140,7 +140,7 @@ def test_a_package_holding_user_files_is_not_replaced(tiny_host, user: Path) -> 
     (out / "README-mine.md").write_text("how I built this")
     before = snapshot(user)
     result = build(tiny_host, user / "ckpt", out, "--force")
-    assert_refused(result, "does not list", "README-mine.md")
+    assert_refused(result, "not the package's as built", "README-mine.md")
     assert snapshot(user) == before
 
 
@@ -309,3 +309,121 @@ def test_a_parent_without_write_permission_is_a_one_line_error(
     )
     assert f"where: {user}" in error
     assert snapshot(user) == before
+
+
+# --------------------------------------------------------------------------- a package's own files
+
+
+@pytest.mark.parametrize("name", ["tinytest.txt", "model/model.onnx", MANIFEST_NAME + "x"])
+def test_a_package_file_the_user_changed_is_not_replaced(tiny_host, user: Path, name) -> None:
+    """A listed file that no longer matches its pin (edited by hand) is the user's now."""
+    out = user / "out"
+    assert build(tiny_host, user / "ckpt", out).exit_code == 0
+    changed = out / name
+    if changed.exists():
+        size = changed.stat().st_size  # same size, other bytes: the sha256 tells them apart
+        changed.write_bytes(b"#" * size)
+    else:  # a file the user added beside the manifest
+        changed.write_text("my own")
+    before = snapshot(user)
+    result = build(tiny_host, user / "ckpt", out, "--force")
+    assert_refused(result, "not the package's as built", name)
+    assert snapshot(user) == before
+
+
+def test_a_hand_made_manifest_cannot_claim_the_user_files(tiny_host, user: Path) -> None:
+    """A mobius.json listing files without pins (or with ``../``) makes nothing deletable."""
+    out = user / "work"  # the user's folder: thesis.tex
+    manifest = {
+        "format_version": 1,
+        "components": {"m": {"path": "thesis.tex"}, "n": {"path": "../notes.txt"}},
+        "files": {"thesis.tex": {}, "../notes.txt": {"sha256": "0" * 64, "size": 8}},
+    }
+    (out / MANIFEST_NAME).write_text(json.dumps(manifest))
+    before = snapshot(user)
+    result = build(tiny_host, user / "ckpt", out, "--force")
+    assert_refused(result, "not the package's as built", "thesis.tex")
+    assert snapshot(user) == before
+
+
+def test_a_file_written_into_out_during_the_swap_is_kept(
+    tiny_host, user: Path, monkeypatch
+) -> None:
+    """The race: OUT passed the last check, then a file lands in it before the rename."""
+    import mobius.outdir
+
+    out = user / "out"
+    assert build(tiny_host, user / "ckpt", out).exit_code == 0
+    rename = os.rename
+
+    def late_write_then_rename(src, dst):
+        if Path(src) == out:
+            (out / "late.txt").write_text("written during the swap")
+        rename(src, dst)
+
+    monkeypatch.setattr(mobius.outdir.os, "rename", late_write_then_rename)
+    result = build(tiny_host, user / "ckpt", out, "--force")
+    monkeypatch.undo()
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert verify_package(out) == []
+    kept = [p for p in user.iterdir() if ".out.mobius-old-" in p.name]
+    assert len(kept) == 1 and (kept[0] / "late.txt").read_text() == "written during the swap"
+    assert f"kept {kept[0]}: it still holds late.txt" in result.stderr
+
+
+def test_an_old_package_that_cannot_be_removed_is_kept_and_named(
+    tiny_host, user: Path, monkeypatch
+) -> None:
+    """A read-only old package: the new one is in place, exit 0, no traceback; later
+    builds step over the leftover instead of failing on it."""
+    out = user / "out"
+    assert build(tiny_host, user / "ckpt", out).exit_code == 0
+    unlink = Path.unlink
+
+    def read_only(self, missing_ok=False):
+        if ".mobius-old-" in str(self):
+            raise PermissionError(1, "Operation not permitted", str(self))
+        unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", read_only)
+    result = build(tiny_host, user / "ckpt", out, "--force")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "Traceback" not in result.output and verify_package(out) == []
+    (kept,) = [p for p in user.iterdir() if ".out.mobius-old-" in p.name]
+    assert f"kept {kept}" in result.stderr
+    stale = kept.with_name(f".out.mobius-old-{dead_pid()}-1234abcd")
+    kept.rename(stale)  # as if left by a build that has since exited
+    notices: list[str] = []
+    assert remove_stale_siblings(out, notice=notices.append) == []
+    assert stale.is_dir() and any(f"kept {stale}" in n for n in notices)
+    monkeypatch.undo()
+    assert remove_stale_siblings(out) == [stale]
+
+
+def test_a_user_file_named_like_the_stamp_is_never_overwritten(tiny_host, user: Path) -> None:
+    out = user / "out"
+    assert build(tiny_host, user / "ckpt", out).exit_code == 0
+    mine = out / ".mobius-verified.json"
+    mine.write_text("my own notes, not a stamp")
+    assert verify_package(out) == []  # verify refreshes stamps, but this is not one
+    assert mine.read_text() == "my own notes, not a stamp"
+    before = snapshot(user)
+    result = build(tiny_host, user / "ckpt", out, "--force")
+    assert_refused(result, "not the package's as built", ".mobius-verified.json")
+    assert snapshot(user) == before
+
+
+def test_a_deleted_current_folder_is_a_one_line_error(tiny_host, user: Path, monkeypatch) -> None:
+    gone = user / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    before = snapshot(user)
+    error = assert_refused(
+        build(tiny_host, user / "ckpt", "out"), "current folder no longer exists"
+    )
+    assert "where: out" in error
+    assert snapshot(user) == before
+    result = build(tiny_host, user / "ckpt", user / "out")  # absolute paths still work
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert verify_package(user / "out") == []

@@ -15,7 +15,15 @@ not list). Always refused, with or without ``force``, nothing touched:
 - OUT equal to or a parent of the current folder or the home folder;
 - OUT equal to, inside, or a parent of a source (the checkpoint);
 - OUT that is a file, a non-empty folder that is not a package, or a package
-  holding files its manifest does not list (a user's notes).
+  holding anything that is not the package's own file (see below).
+
+A file is the package's own when its ``mobius.json`` lists it with the sha256
+and size the writer pins, and the file still has that size and (up to
+:data:`HASH_LIMIT` bytes) that sha256. A user's notes, a tokenizer edited by hand,
+a symbolic link, or a file a hostile ``mobius.json`` lists without a pin are not,
+so ``--force`` refuses to replace the folder. Removing a package deletes only its
+own files and then its emptied folders (``rmdir``, never a recursive delete), so a
+file that appears in it between the check and the removal is kept, and named.
 
 Replacing is atomic: the new package is assembled in a hidden sibling
 ``.{OUT}.mobius-tmp-{pid}-{rand}`` and only then swapped in; the previous one is
@@ -44,6 +52,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import uuid
@@ -58,6 +67,9 @@ TEMP_KINDS = ("tmp", "old")
 """Sibling folders the writer makes: ``tmp`` (being assembled), ``old`` (replaced by --force)."""
 _SHOWN = 5
 """How many unexpected files an error names."""
+HASH_LIMIT = 64 * 1024 * 1024
+"""Files up to this size must match their pinned sha256 to count as a package's own;
+larger ones (external weights) their pinned size. Bounds the time a --force check takes."""
 
 Notice = Callable[[str], None]
 
@@ -65,14 +77,19 @@ Notice = Callable[[str], None]
 # --------------------------------------------------------------------------- what a folder is
 
 
-def package_files(folder: Path) -> set[str] | None:
-    """The relative paths a package's manifest lists (itself included), or None if
-    ``folder`` holds no ``mobius.json`` that says it is a mobius package.
+Pin = tuple[object, object]
+"""What a manifest pins for one file: (sha256, size), as written (checked by :func:`_own`)."""
+
+
+def package_pins(folder: Path) -> dict[str, Pin | None] | None:
+    """What a package's manifest pins, by relative path (None for the manifest and the
+    verification stamp, which pin nothing), or None if ``folder`` holds no
+    ``mobius.json`` that says it is a mobius package.
 
     Only the manifest's shape is checked (a JSON object with an integer
     ``format_version`` and a ``components`` table of paths), not hashes: this
-    decides what a folder *is*, :func:`mobius.package.verify_package` whether it is
-    intact.
+    decides what a folder *is*; :func:`_own` whether a file in it is the package's,
+    :func:`mobius.package.verify_package` whether the package is intact.
     """
     manifest_path = folder / MANIFEST_NAME
     try:
@@ -90,35 +107,65 @@ def package_files(folder: Path) -> set[str] | None:
         return None
     from mobius.package.stamp import STAMP_NAME  # here: mobius.package imports this module
 
-    listed = {MANIFEST_NAME, STAMP_NAME}  # the verification stamp belongs to the package
+    pins: dict[str, Pin | None] = {MANIFEST_NAME: None, STAMP_NAME: None}
     for entry in components.values():
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
             return None
-        listed.add(_norm(entry["path"]))
+        pins[_norm(entry["path"])] = (entry.get("sha256"), entry.get("model_size"))
         if isinstance(entry.get("data"), str):
-            listed.add(_norm(entry["data"]))
+            pins[_norm(entry["data"])] = (entry.get("data_sha256"), entry.get("data_size"))
         shared = entry.get("shared")
         if isinstance(shared, dict) and isinstance(shared.get("path"), str):
-            listed.add(_norm(shared["path"]))  # one file hard-linked into several folders
+            # one file hard-linked into several folders
+            pins[_norm(shared["path"])] = (shared.get("sha256"), shared.get("size"))
     files = manifest.get("files") or {}
     if isinstance(files, dict):
-        listed.update(_norm(rel) for rel in files if isinstance(rel, str))
-    return listed
+        for rel, entry in files.items():
+            if isinstance(rel, str) and _norm(rel) not in pins:
+                pin = entry if isinstance(entry, dict) else {}
+                pins[_norm(rel)] = (pin.get("sha256"), pin.get("size"))
+    return pins
 
 
 def _norm(rel: str) -> str:
     return PurePosixPath(rel.replace("\\", "/")).as_posix()
 
 
-def unlisted_files(folder: Path, listed: set[str]) -> list[str]:
-    """Files (and links, and anything not a folder) under ``folder`` that ``listed`` lacks."""
+def _own(path: Path, rel: str, pins: dict[str, Pin | None]) -> bool:
+    """Whether the file ``path`` (``rel`` in its package) is the package's own, as built."""
+    from mobius.package.stamp import STAMP_NAME, is_stamp
+
+    if rel not in pins or path.is_symlink():
+        return False
+    if rel == MANIFEST_NAME:
+        return True
+    if rel == STAMP_NAME:
+        return is_stamp(path)
+    sha, size = pins[rel] or (None, None)
+    if not isinstance(sha, str) or type(size) is not int:
+        return False  # the writer pins every file; an unpinned listing claims a stranger's
+    try:
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size != size:
+            return False
+        if size > HASH_LIMIT:
+            return True
+        from mobius.package.manifest import _sha256_size
+
+        return _sha256_size(path)[0] == sha
+    except OSError:
+        return False
+
+
+def foreign_files(folder: Path, pins: dict[str, Pin | None]) -> list[str]:
+    """Everything under ``folder`` that is not a folder and not the package's own file."""
     extra: list[str] = []
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
         base = Path(dirpath)
         for name in filenames + [d for d in dirnames if (base / d).is_symlink()]:
             path = base / name
             rel = path.relative_to(folder).as_posix()
-            if rel not in listed or path.is_symlink():
+            if not _own(path, rel, pins):
                 extra.append(rel)
     return sorted(extra)
 
@@ -165,9 +212,10 @@ def check_package_out(
         raise PackageError(
             "the output folder ends in '..', which names a parent folder by another name",
             where=where,
-            fix=f"name the folder itself, e.g. {os.path.normpath(path.absolute())}/NEW-FOLDER",
+            fix=f"name the folder itself, e.g. "
+            f"{os.path.normpath(_absolute(path, where))}/NEW-FOLDER",
         )
-    path = path.absolute()
+    path = _absolute(path, where)
     _check_ancestors(path, where)
     recover_interrupted(path, notice=notice)
     if path.is_symlink():
@@ -186,7 +234,7 @@ def check_package_out(
                 fix="write the package to a new folder of its own, e.g. ./out/MODEL",
             )
     for source in sources:
-        src = Path(source).expanduser().absolute().resolve()
+        src = _absolute(Path(source).expanduser(), os.fspath(source)).resolve()
         relation = _relation(real, src)
         if relation:
             raise PackageError(
@@ -198,8 +246,25 @@ def check_package_out(
     return path
 
 
+def _absolute(path: Path, where: str) -> Path:
+    """``path`` made absolute; PackageError when it is relative and the current folder is gone."""
+    if path.is_absolute():
+        return path
+    try:
+        return path.absolute()
+    except OSError as exc:  # os.getcwd(): the current folder was deleted or moved away
+        raise PackageError(
+            f"the current folder no longer exists ({exc.strerror or exc}), so the relative "
+            "path cannot be placed",
+            where=where,
+            fix="cd into an existing folder, or pass absolute paths",
+        ) from exc
+
+
 def _guarded_folders() -> list[tuple[str, Path]]:
-    guarded = [("current folder", Path.cwd().resolve())]
+    guarded = []
+    with contextlib.suppress(OSError):  # a deleted current folder guards nothing
+        guarded.append(("current folder", Path.cwd().resolve()))
     with contextlib.suppress(KeyError, RuntimeError, OSError):  # no HOME, no passwd entry
         guarded.append(("home folder", Path.home().resolve()))
     return guarded
@@ -240,19 +305,20 @@ def _check_contents(path: Path, where: str, force: bool) -> None:
         )
     if _is_empty_dir(path):
         return
-    listed = package_files(path)
-    if listed is None:
+    pins = package_pins(path)
+    if pins is None:
         raise PackageError(
             f"the output folder is not empty and is not a mobius package (no valid "
             f"{MANIFEST_NAME}); --force replaces only a previous package or an empty folder",
             where=where,
             fix="choose a new folder, or empty this one yourself",
         )
-    extra = unlisted_files(path, listed)
+    extra = foreign_files(path, pins)
     if extra:
         raise PackageError(
-            f"the output folder holds a mobius package and {len(extra)} file(s) the package "
-            f"does not list ({_shown(extra)}); --force would delete them",
+            f"the output folder holds a mobius package and {len(extra)} file(s) that are not "
+            f"the package's as built ({_shown(extra)}: not pinned by its {MANIFEST_NAME}, "
+            "changed since, or links); --force would delete them",
             where=where,
             fix="move those files out, or choose a new folder",
         )
@@ -371,11 +437,12 @@ def remove_stale_siblings(
         return removed
     for sibling in _dead_siblings(out, "old"):
         if sibling.is_symlink():
-            sibling.unlink()  # the link only; what it points to is not touched
+            with contextlib.suppress(OSError):
+                sibling.unlink()  # the link only; what it points to is not touched
         elif not sibling.is_dir():
             continue
         elif _is_empty_dir(sibling) or _is_pure_package(sibling):
-            remove_package(sibling)
+            _kept_notice(sibling, remove_package(sibling), notice)
         else:
             if notice is not None:
                 notice(
@@ -389,24 +456,57 @@ def remove_stale_siblings(
 
 
 def _is_pure_package(folder: Path) -> bool:
-    listed = package_files(folder)
-    return listed is not None and not unlisted_files(folder, listed)
+    pins = package_pins(folder)
+    return pins is not None and not foreign_files(folder, pins)
 
 
-def remove_package(folder: Path) -> None:
-    """Delete a package folder, its manifest last.
+def remove_package(folder: Path) -> list[str]:
+    """Delete a package folder's own files, then its emptied folders; return what is left.
 
-    Why last: if this is interrupted, what is left still says it is a package
-    (with files missing), so a later :func:`remove_stale_siblings` removes it
-    instead of keeping it as possible user data.
+    Only files :func:`_own` accepts are deleted, folders only with ``rmdir`` (so
+    never one that holds anything else), the manifest last and only when nothing
+    else is left. Never raises: a file that cannot be deleted (permissions, a
+    read-only file system) or one that is not the package's (written into the
+    folder after it was checked) is left where it is, and returned.
+
+    Why the manifest last: if this is interrupted, what is left still says it is a
+    package (with files missing), so a later :func:`remove_stale_siblings` removes
+    it instead of keeping it as possible user data.
     """
+    pins = package_pins(folder) or {}
+    left: list[str] = []
     manifest = folder / MANIFEST_NAME
-    for dirpath, _, filenames in os.walk(folder, topdown=False, followlinks=False):
+    for dirpath, dirnames, filenames in os.walk(folder, topdown=False, followlinks=False):
         base = Path(dirpath)
-        for name in filenames:
-            if base / name != manifest:
-                (base / name).unlink(missing_ok=True)
-    shutil.rmtree(folder, ignore_errors=True)
+        for name in filenames + [d for d in dirnames if (base / d).is_symlink()]:
+            path = base / name
+            rel = path.relative_to(folder).as_posix()
+            if path == manifest:
+                continue
+            if _own(path, rel, pins):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            if os.path.lexists(path):
+                left.append(rel)
+        if base != folder:
+            with contextlib.suppress(OSError):
+                base.rmdir()
+    if not left:
+        with contextlib.suppress(OSError):
+            manifest.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+    if os.path.lexists(folder) and not left:
+        left.append(MANIFEST_NAME if os.path.lexists(manifest) else ".")
+    return sorted(left)
+
+
+def _kept_notice(folder: Path, left: list[str], notice: Notice | None) -> None:
+    if left and notice is not None:
+        notice(
+            f"kept {folder}: it still holds {_shown(left)}, not removable or not the previous "
+            "package's own files; look inside, then delete it yourself"
+        )
 
 
 # --------------------------------------------------------------------------- writing
@@ -462,13 +562,15 @@ def make_temp_sibling(out: Path) -> Path:
     return tmp
 
 
-def move_into_place(tmp: Path, out: Path) -> None:
+def move_into_place(tmp: Path, out: Path, notice: Notice | None = None) -> None:
     """Put the finished folder ``tmp`` at ``out``, replacing what the policy allowed there.
 
     What is at OUT is checked again right before the swap (a file may have been
     added since :func:`check_package_out`): only an empty folder or a package
-    listing every file it holds is replaced. The previous OUT is removed only
-    after the new one is in place.
+    holding only its own files is replaced. The previous OUT is removed only after
+    the new one is in place, by :func:`remove_package`, which deletes only the
+    package's own files: anything written into OUT in the instant between the
+    check and the swap is kept in the ``old`` sibling, and ``notice`` names it.
     """
     if not os.path.lexists(out):
         os.rename(tmp, out)
@@ -486,7 +588,7 @@ def move_into_place(tmp: Path, out: Path) -> None:
     except BaseException:
         os.rename(old, out)
         raise
-    remove_package(old)
+    _kept_notice(old, remove_package(old), notice)
 
 
 def check_output_file(

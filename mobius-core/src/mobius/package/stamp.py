@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import uuid
 from pathlib import Path
 from typing import Any
@@ -41,20 +42,31 @@ def identity(info: os.stat_result) -> list[int]:
     return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev]
 
 
+def _read(path: Path) -> dict[str, Any] | None:
+    """The stamp at ``path`` when it is a regular file holding a stamp (of any version)."""
+    try:
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > 16 * 1024 * 1024:
+            return None
+        stamp = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return stamp if isinstance(stamp, dict) and "stamp_version" in stamp else None
+
+
+def is_stamp(path: Path) -> bool:
+    """Whether ``path`` is a stamp mobius wrote (so it may be replaced or deleted)."""
+    return _read(path) is not None
+
+
 def matches(root: Path, identities: dict[str, list[int]]) -> bool:
     """Whether the stamp in ``root`` records exactly ``identities`` (relative path -> identity).
 
     Any unreadable, malformed or foreign stamp simply does not match.
     """
-    path = root / STAMP_NAME
-    try:
-        if path.is_symlink() or path.stat().st_size > 16 * 1024 * 1024:
-            return False
-        stamp = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return False
+    stamp = _read(root / STAMP_NAME)
     return (
-        isinstance(stamp, dict)
+        stamp is not None
         and stamp.get("stamp_version") == STAMP_VERSION
         and stamp.get("checks_version") == CHECKS_VERSION
         and stamp.get("files") == identities
@@ -65,8 +77,12 @@ def write(root: Path, identities: dict[str, list[int]]) -> bool:
     """Write the stamp atomically (a temporary file renamed over it); False when it cannot.
 
     A read-only package cannot be stamped; it is then hashed on every load, which
-    is slower but just as safe, so failing to write is not an error.
+    is slower but just as safe, so failing to write is not an error. Nor is a
+    ``.mobius-verified.json`` that is not a stamp (a link, a folder, someone's
+    file): it is never replaced.
     """
+    if os.path.lexists(root / STAMP_NAME) and not is_stamp(root / STAMP_NAME):
+        return False
     stamp: dict[str, Any] = {
         "stamp_version": STAMP_VERSION,
         "checks_version": CHECKS_VERSION,

@@ -116,7 +116,6 @@ def write_package(
     ({relative path: {sha256, size}} of runtime files). The models are not
     changed: initializers get their lazy tensors back after saving.
     """
-    out = Path(out).absolute()
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
     for key in _RESERVED_KEYS:
@@ -154,7 +153,7 @@ def write_package(
                 json.dumps(full, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
             )
         _stamp(tmp)
-        _move_into_place(tmp, out)
+        _move_into_place(tmp, out, progress and progress.message)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
