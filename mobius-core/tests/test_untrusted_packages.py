@@ -128,6 +128,12 @@ def test_a_manifest_symlinked_from_outside_is_not_read(package, outside):
     assert problem.startswith(f"{MANIFEST_NAME} resolves to {target}, outside the package")
 
 
+def test_format_version_must_be_the_integer(package):
+    edit_manifest(package, lambda m: m.update(format_version=1.0))
+    (problem,) = verify_cli(package)
+    assert "unknown package format_version 1.0" in problem
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this OS")
 def test_a_fifo_is_not_read(package):
     (package / DATA).unlink()

@@ -78,7 +78,7 @@ def _read_manifest(root: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise PackageError(f"{MANIFEST_NAME} is not a JSON object", where=str(path), fix=_REBUILD)
     version = manifest.get("format_version")
-    if version != FORMAT_VERSION or isinstance(version, bool):
+    if type(version) is not int or version != FORMAT_VERSION:  # not True, not 1.0
         shown = repr(version) if len(repr(version)) < 40 else repr(version)[:40] + "…"
         raise PackageError(
             f"unknown package format_version {shown} (this mobius reads {FORMAT_VERSION})",
