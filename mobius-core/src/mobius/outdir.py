@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import shutil
@@ -86,8 +85,8 @@ def package_pins(folder: Path) -> dict[str, Pin | None] | None:
     verification stamp, which pin nothing), or None if ``folder`` holds no
     ``mobius.json`` that says it is a mobius package.
 
-    Only the manifest's shape is checked (a JSON object with an integer
-    ``format_version`` and a ``components`` table of paths), not hashes: this
+    Only the manifest's schema is checked (an integer ``format_version`` of any
+    version, :func:`mobius.package.manifest.manifest_problems`), not hashes: this
     decides what a folder *is*; :func:`_own` whether a file in it is the package's,
     :func:`mobius.package.verify_package` whether the package is intact.
     """
@@ -95,35 +94,27 @@ def package_pins(folder: Path) -> dict[str, Pin | None] | None:
     try:
         if manifest_path.is_symlink() or not manifest_path.is_file():
             return None
-        if manifest_path.stat().st_size > 64 * 1024 * 1024:
-            return None
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+    except OSError:
         return None
-    if not isinstance(manifest, dict):
-        return None
-    version, components = manifest.get("format_version"), manifest.get("components")
-    if type(version) is not int or not isinstance(components, dict) or not components:
-        return None
-    from mobius.package.stamp import STAMP_NAME  # here: mobius.package imports this module
+    # here, not at the top: mobius.package imports this module
+    from mobius.package.checks import pinned_files
+    from mobius.package.content import MAX_MANIFEST_BYTES, load_json
+    from mobius.package.manifest import manifest_problems
+    from mobius.package.stamp import STAMP_NAME
 
+    try:
+        manifest = load_json(manifest_path, MANIFEST_NAME, "", max_bytes=MAX_MANIFEST_BYTES)
+    except PackageError:
+        return None
+    if (
+        not isinstance(manifest, dict)
+        or type(manifest.get("format_version")) is not int  # any version: replaceable
+        or manifest_problems(manifest)
+    ):
+        return None
     pins: dict[str, Pin | None] = {MANIFEST_NAME: None, STAMP_NAME: None}
-    for entry in components.values():
-        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-            return None
-        pins[_norm(entry["path"])] = (entry.get("sha256"), entry.get("model_size"))
-        if isinstance(entry.get("data"), str):
-            pins[_norm(entry["data"])] = (entry.get("data_sha256"), entry.get("data_size"))
-        shared = entry.get("shared")
-        if isinstance(shared, dict) and isinstance(shared.get("path"), str):
-            # one file hard-linked into several folders
-            pins[_norm(shared["path"])] = (shared.get("sha256"), shared.get("size"))
-    files = manifest.get("files") or {}
-    if isinstance(files, dict):
-        for rel, entry in files.items():
-            if isinstance(rel, str) and _norm(rel) not in pins:
-                pin = entry if isinstance(entry, dict) else {}
-                pins[_norm(rel)] = (pin.get("sha256"), pin.get("size"))
+    for pin in pinned_files(manifest):
+        pins.setdefault(_norm(pin.rel), (pin.sha256, pin.size))
     return pins
 
 
