@@ -427,3 +427,40 @@ def test_a_deleted_current_folder_is_a_one_line_error(tiny_host, user: Path, mon
     result = build(tiny_host, user / "ckpt", user / "out")  # absolute paths still work
     assert result.exit_code == 0, (result.output, result.exception)
     assert verify_package(user / "out") == []
+
+
+def test_a_mount_point_out_is_refused_before_the_build(tiny_host, user: Path, monkeypatch) -> None:
+    """A volume mounted at OUT (docker -v): renaming it fails with EBUSY, so refuse up front."""
+    import mobius.outdir
+
+    out = user / "out"
+    out.mkdir()
+    ismount = os.path.ismount
+    monkeypatch.setattr(mobius.outdir.os.path, "ismount", lambda p: Path(p) == out or ismount(p))
+    before = snapshot(user)
+    error = assert_refused(build(tiny_host, user / "ckpt", out, "--force"), "is a mount point")
+    assert f"{out}/MODEL" in error
+    assert snapshot(user) == before
+
+
+def test_an_out_that_cannot_be_moved_aside_is_a_one_line_error(
+    tiny_host, user: Path, monkeypatch
+) -> None:
+    """The swap's first rename fails (EBUSY, EXDEV...): nothing replaced, no traceback."""
+    import errno
+
+    import mobius.outdir
+
+    out = user / "out"
+    assert build(tiny_host, user / "ckpt", out).exit_code == 0
+    rename = os.rename
+
+    def busy(src, dst):
+        if Path(src) == out:
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        rename(src, dst)
+
+    monkeypatch.setattr(mobius.outdir.os, "rename", busy)
+    before = snapshot(user)
+    assert_refused(build(tiny_host, user / "ckpt", out, "--force"), "cannot be moved aside", "busy")
+    assert snapshot(user) == before  # the old package as it was, no temporary sibling left

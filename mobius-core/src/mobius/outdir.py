@@ -11,6 +11,7 @@ whose ``mobius.json`` says it is one and that holds nothing the manifest does
 not list). Always refused, with or without ``force``, nothing touched:
 
 - OUT that is a symbolic link (dangling or not), or whose last part is ``..``;
+- OUT that is a mount point (the swap renames OUT, which a mount point refuses);
 - OUT under a path part that is a file (``file.txt/out``);
 - OUT equal to or a parent of the current folder or the home folder;
 - OUT equal to, inside, or a parent of a source (the checkpoint);
@@ -233,6 +234,13 @@ def check_package_out(
                 where=where,
                 fix="write the package to a folder outside the checkpoint, e.g. ./out/MODEL",
             )
+    if os.path.ismount(path):
+        raise PackageError(
+            "the output folder is a mount point; a package is assembled beside OUT and renamed "
+            "into place, which a mount point does not allow",
+            where=where,
+            fix=f"write the package to a new folder inside it, e.g. {path}/MODEL",
+        )
     _check_contents(path, where, force)
     return path
 
@@ -573,7 +581,17 @@ def move_into_place(tmp: Path, out: Path, notice: Notice | None = None) -> None:
             fix="nothing was replaced; check the folder and build again",
         )
     old = out.parent / f"{sibling_prefix(out, 'old')}{uuid.uuid4().hex[:8]}"
-    os.rename(out, old)
+    try:
+        os.rename(out, old)
+    except OSError as exc:  # EBUSY (a mount point), EXDEV, EPERM (sticky or immutable)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise PackageError(
+            f"the output folder cannot be moved aside to be replaced: {exc.strerror or exc}; "
+            "nothing was replaced",
+            where=str(out),
+            fix=f"write the package to a new folder, e.g. {out}/MODEL or a sibling of OUT",
+        ) from exc
     try:
         os.rename(tmp, out)
     except BaseException:
