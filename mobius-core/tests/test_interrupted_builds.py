@@ -88,9 +88,9 @@ def half_then_pause(f, tensor, digest):
 move_into_place = package._move_into_place
 
 
-def pause_then_move(tmp, out, notice=None):
+def pause_then_move(tmp, out, notice=None, **options):
     pause("rename")
-    move_into_place(tmp, out, notice)
+    move_into_place(tmp, out, notice, **options)
 
 
 package._write_tensor = half_then_pause

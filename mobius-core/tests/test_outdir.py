@@ -464,3 +464,27 @@ def test_an_out_that_cannot_be_moved_aside_is_a_one_line_error(
     before = snapshot(user)
     assert_refused(build(tiny_host, user / "ckpt", out, "--force"), "cannot be moved aside", "busy")
     assert snapshot(user) == before  # the old package as it was, no temporary sibling left
+
+
+def test_a_package_that_appears_during_a_build_without_force_is_kept(
+    tiny_host, user: Path, monkeypatch
+) -> None:
+    """Two builds into one new OUT: the one that finishes second, without --force, refuses."""
+    import shutil
+
+    import mobius.outdir
+
+    assert build(tiny_host, user / "ckpt", user / "first").exit_code == 0
+    out = user / "out"
+    make_temp_sibling = mobius.outdir.make_temp_sibling
+
+    def other_build_finishes_first(target: Path) -> Path:
+        shutil.copytree(user / "first", out)
+        return make_temp_sibling(target)
+
+    monkeypatch.setattr(mobius.outdir, "make_temp_sibling", other_build_finishes_first)
+    result = build(tiny_host, user / "ckpt", out)
+    assert_refused(result, "a mobius package appeared at the output folder")
+    monkeypatch.undo()
+    assert snapshot(out) == snapshot(user / "first")
+    assert not [p for p in user.iterdir() if ".mobius-" in p.name]

@@ -561,7 +561,9 @@ def make_temp_sibling(out: Path) -> Path:
     return tmp
 
 
-def move_into_place(tmp: Path, out: Path, notice: Notice | None = None) -> None:
+def move_into_place(
+    tmp: Path, out: Path, notice: Notice | None = None, *, force: bool = False
+) -> None:
     """Put the finished folder ``tmp`` at ``out``, replacing what the policy allowed there.
 
     What is at OUT is checked again right before the swap (a file may have been
@@ -570,15 +572,29 @@ def move_into_place(tmp: Path, out: Path, notice: Notice | None = None) -> None:
     the new one is in place, by :func:`remove_package`, which deletes only the
     package's own files: anything written into OUT in the instant between the
     check and the swap is kept in the ``old`` sibling, and ``notice`` names it.
+    Without ``force``, a package that appeared at OUT during the build (another
+    build finished first) is not replaced either.
     """
+    changed = PackageError(
+        "the output folder changed during the build and no longer holds only a package",
+        where=str(out),
+        fix="nothing was replaced; check the folder and build again",
+    )
     if not os.path.lexists(out):
-        os.rename(tmp, out)
+        try:
+            os.rename(tmp, out)  # fails (ENOTEMPTY) if a folder with files appeared just now
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) or not os.path.lexists(out):
+                raise
+            raise changed from exc
         return
     if out.is_symlink() or not out.is_dir() or not (_is_empty_dir(out) or _is_pure_package(out)):
+        raise changed
+    if not force and not _is_empty_dir(out):
         raise PackageError(
-            "the output folder changed during the build and no longer holds only a package",
+            "a mobius package appeared at the output folder during the build (another build?)",
             where=str(out),
-            fix="nothing was replaced; check the folder and build again",
+            fix="nothing was replaced; pass --force to replace it, or choose another folder",
         )
     old = out.parent / f"{sibling_prefix(out, 'old')}{uuid.uuid4().hex[:8]}"
     try:

@@ -153,7 +153,7 @@ def write_package(
                 json.dumps(full, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
             )
         _stamp(tmp)
-        _move_into_place(tmp, out, progress and progress.message)
+        _move_into_place(tmp, out, progress and progress.message, force=force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
