@@ -411,10 +411,47 @@ def write_float_wav(path: Path, wave, sr: int) -> None:
     path.write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
 
 
+TITLES = {
+    "text": "# tiny-gemma4: ",
+    "multimodal": "# tiny-gemma4-mm: ",
+    "media": "# media: ",
+}
+"""First words of the README.md in a folder each mode writes (media's is written by hand)."""
+
+
+def foreign_out(out: Path, title: str) -> str | None:
+    """Why this script must not write into ``out`` (None when it may).
+
+    It overwrites files by name, so ``out`` must be new, empty, or a folder it made
+    before (its README.md starts with ``title``): never a user's folder.
+    """
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        return f"{out} exists and is not a folder; pass a new folder"
+    if not any(out.iterdir()):
+        return None
+    readme = out / "README.md"
+    try:
+        if readme.is_file() and not readme.is_symlink():
+            with readme.open(encoding="utf-8") as f:
+                if f.read(len(title)) == title:
+                    return None
+    except (OSError, UnicodeDecodeError):
+        pass
+    return (
+        f"{out} is not empty and not a folder this script wrote (its README.md does not "
+        f"start with {title.strip()!r}); pass a new folder, nothing was written"
+    )
+
+
 def main(argv: list[str]) -> int:
     if "--media" in argv[1:]:
         args = [a for a in argv[1:] if a != "--media"]
         out = Path(args[0] if args else "testdata/media")
+        if reason := foreign_out(out, TITLES["media"]):
+            print(f"make_tiny_checkpoint: {reason}", file=sys.stderr)
+            return 1
         out.mkdir(parents=True, exist_ok=True)
         make_media(out)
         print(
@@ -425,6 +462,9 @@ def main(argv: list[str]) -> int:
     args = [a for a in argv[1:] if a != "--multimodal"]
     default = "testdata/tiny-gemma4-mm" if multimodal else "testdata/tiny-gemma4"
     out = Path(args[0] if args else default)
+    if reason := foreign_out(out, TITLES["multimodal" if multimodal else "text"]):
+        print(f"make_tiny_checkpoint: {reason}", file=sys.stderr)
+        return 1
     out.mkdir(parents=True, exist_ok=True)
     (make_mm_model if multimodal else make_model)(out)
     tok = make_tokenizer(MM_SPECIAL if multimodal else SPECIAL)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from make_tiny_checkpoint import VOCAB, make_tokenizer
+from make_tiny_checkpoint import VOCAB, foreign_out, make_tokenizer
 
 SEED = 31337
 SPECIAL = {
@@ -136,6 +136,9 @@ corpus), exactly {VOCAB} ids; special tokens: {specials}. Stop ids: `<|im_end|>`
 
 def main(argv: list[str]) -> int:
     out = Path(argv[1] if len(argv) > 1 else "testdata/tiny-qwen3")
+    if reason := foreign_out(out, "# tiny-qwen3: "):
+        print(f"make_tiny_qwen3: {reason}", file=sys.stderr)
+        return 1
     out.mkdir(parents=True, exist_ok=True)
     make_model(out)
     write_tokenizer(out)
