@@ -71,3 +71,22 @@ def test_missing_and_wrong_kind_goldens_say_what_to_do(tmp_path):
     (tmp_path / "c.l4.json").write_text((tmp_path / "c.l5.json").read_text())
     with pytest.raises(GoldenError, match="expected a format-1 l4 golden"):
         read_l4(tmp_path, "c")
+
+
+def test_a_user_npz_at_the_media_path_is_never_overwritten(tmp_path):
+    """Only the media file a previous golden of the case names may be replaced."""
+    from mobius.errors import PackageError
+
+    mine = media_path(tmp_path, "cat")
+    np.savez(mine, my_data=np.arange(5))
+    before = mine.read_bytes()
+    media = {"pixel_values": np.ones((1, 3, 4, 4), dtype=np.float32)}
+    golden = l4_from_logits("cat", Inputs((2, 5, 7, 9), media), synthetic_logits(), 4, {})
+    with pytest.raises(PackageError, match="a file that is not a golden media file is in the way"):
+        write_l4(tmp_path, golden)
+    assert mine.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name]
+    mine.unlink()
+    write_l4(tmp_path, golden)  # then a regen replaces its own media file
+    write_l4(tmp_path, golden)
+    assert read_l4(tmp_path, "cat").inputs.media.keys() == {"pixel_values"}

@@ -218,12 +218,31 @@ def is_golden_file(path: Path) -> bool:
 
 
 def is_media_file(path: Path) -> bool:
-    """Whether ``path`` is an ``.npz`` (a zip) that a golden's media arrays may replace."""
+    """Whether ``path`` is the media ``.npz`` a golden of its case names (so it may be replaced).
+
+    Being a zip is not enough (any ``numpy.savez`` file, a user's archive renamed, is
+    one): a previous golden of the same case in the same folder must name this file.
+    """
+    if not path.name.endswith(MEDIA_SUFFIX):
+        return False
+    case = path.name[: -len(MEDIA_SUFFIX)]
     try:
         with path.open("rb") as f:
-            return f.read(4) == b"PK\x03\x04"
+            if f.read(4) != b"PK\x03\x04":
+                return False
     except OSError:
         return False
+    for level in ("l4", "l5"):
+        golden = golden_path(path.parent, case, level)
+        if not is_golden_file(golden):
+            continue
+        data = json.loads(golden.read_text(encoding="utf-8"))
+        media = (
+            data.get("inputs", {}).get("media") if isinstance(data.get("inputs"), dict) else None
+        )
+        if isinstance(media, dict) and media.get("file") == path.name:
+            return True
+    return False
 
 
 def check_golden_targets(golden_dir: Path, case_id: str, levels: Sequence[str]) -> None:
