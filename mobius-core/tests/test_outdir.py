@@ -8,6 +8,7 @@ temporary sibling left. The policy itself is :mod:`mobius.outdir`.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -314,6 +315,20 @@ def test_a_parent_without_write_permission_is_a_one_line_error(
 # --------------------------------------------------------------------------- a package's own files
 
 
+def on_rename_of(path: Path, action, monkeypatch) -> None:
+    """Run ``action()`` just before :mod:`mobius.outdir` renames ``path`` (a race, a failure)."""
+    import mobius.outdir
+
+    rename = os.rename
+
+    def hooked(src, dst):
+        if Path(src) == path:
+            action()
+        rename(src, dst)
+
+    monkeypatch.setattr(mobius.outdir.os, "rename", hooked)
+
+
 @pytest.mark.parametrize("name", ["tinytest.txt", "model/model.onnx", MANIFEST_NAME + "x"])
 def test_a_package_file_the_user_changed_is_not_replaced(tiny_host, user: Path, name) -> None:
     """A listed file that no longer matches its pin (edited by hand) is the user's now."""
@@ -350,18 +365,9 @@ def test_a_file_written_into_out_during_the_swap_is_kept(
     tiny_host, user: Path, monkeypatch
 ) -> None:
     """The race: OUT passed the last check, then a file lands in it before the rename."""
-    import mobius.outdir
-
     out = user / "out"
     assert build(tiny_host, user / "ckpt", out).exit_code == 0
-    rename = os.rename
-
-    def late_write_then_rename(src, dst):
-        if Path(src) == out:
-            (out / "late.txt").write_text("written during the swap")
-        rename(src, dst)
-
-    monkeypatch.setattr(mobius.outdir.os, "rename", late_write_then_rename)
+    on_rename_of(out, lambda: (out / "late.txt").write_text("written during the swap"), monkeypatch)
     result = build(tiny_host, user / "ckpt", out, "--force")
     monkeypatch.undo()
     assert result.exit_code == 0, (result.output, result.exception)
@@ -447,20 +453,13 @@ def test_an_out_that_cannot_be_moved_aside_is_a_one_line_error(
     tiny_host, user: Path, monkeypatch
 ) -> None:
     """The swap's first rename fails (EBUSY, EXDEV...): nothing replaced, no traceback."""
-    import errno
-
-    import mobius.outdir
-
     out = user / "out"
     assert build(tiny_host, user / "ckpt", out).exit_code == 0
-    rename = os.rename
 
-    def busy(src, dst):
-        if Path(src) == out:
-            raise OSError(errno.EBUSY, "Device or resource busy")
-        rename(src, dst)
+    def busy() -> None:
+        raise OSError(errno.EBUSY, "Device or resource busy")
 
-    monkeypatch.setattr(mobius.outdir.os, "rename", busy)
+    on_rename_of(out, busy, monkeypatch)
     before = snapshot(user)
     assert_refused(build(tiny_host, user / "ckpt", out, "--force"), "cannot be moved aside", "busy")
     assert snapshot(user) == before  # the old package as it was, no temporary sibling left
