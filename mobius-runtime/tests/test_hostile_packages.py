@@ -202,6 +202,27 @@ def test_symlinked_manifest_pointing_outside(single_pkg, outside):
     refused(single_pkg, outside, "mobius.json resolves to", "outside the package")
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this OS")
+def test_a_fifo_named_like_the_stamp_is_never_opened(single_pkg):
+    """A package shipping ``.mobius-verified.json`` as a FIFO: reading it would block forever.
+
+    In a child process with a timeout, so that a regression fails instead of hanging.
+    """
+    stamp = single_pkg / ".mobius-verified.json"
+    stamp.unlink()
+    os.mkfifo(stamp)
+    code = (
+        "from mobius.package import verify_package\n"
+        "from mobius_runtime import Pipeline\n"
+        f"Pipeline.load({str(single_pkg)!r}, device='cpu')\n"
+        f"assert verify_package({str(single_pkg)!r}) == []\n"
+        "print('loaded')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "loaded" in done.stdout, done.stderr
+    assert stamp.is_fifo()  # not replaced: it is not a stamp mobius wrote
+
+
 def test_symlink_inside_the_package_is_fine(single_pkg):
     real = single_pkg / "tok-real.json"
     (single_pkg / "tokenizer.json").rename(real)
