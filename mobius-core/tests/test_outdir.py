@@ -487,3 +487,14 @@ def test_a_package_that_appears_during_a_build_without_force_is_kept(
     monkeypatch.undo()
     assert snapshot(out) == snapshot(user / "first")
     assert not [p for p in user.iterdir() if ".mobius-" in p.name]
+
+
+def test_a_stamp_left_half_written_by_a_killed_verify_is_the_package_s(
+    tiny_host, user: Path
+) -> None:
+    out = user / "out"
+    assert build(tiny_host, user / "ckpt", out).exit_code == 0
+    (out / ".mobius-verified.json.4242-0123abcd.tmp").write_text('{"stamp_ver')
+    result = build(tiny_host, user / "ckpt", out, "--force")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert verify_package(out) == [] and not list(out.glob("*.tmp"))

@@ -125,8 +125,10 @@ def _norm(rel: str) -> str:
 
 def _own(path: Path, rel: str, pins: dict[str, Pin | None]) -> bool:
     """Whether the file ``path`` (``rel`` in its package) is the package's own, as built."""
-    from mobius.package.stamp import STAMP_NAME, is_stamp
+    from mobius.package.stamp import STAMP_NAME, TMP_NAME, is_stamp
 
+    if TMP_NAME.fullmatch(rel):  # a stamp being written when mobius verify was killed
+        return path.is_file() and not path.is_symlink()
     if rel not in pins or path.is_symlink():
         return False
     if rel == MANIFEST_NAME:

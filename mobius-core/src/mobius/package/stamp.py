@@ -26,12 +26,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 import uuid
 from pathlib import Path
 from typing import Any
 
 STAMP_NAME = ".mobius-verified.json"
+TMP_NAME = re.compile(re.escape(STAMP_NAME) + r"\.\d+-[0-9a-f]{8}\.tmp")
+"""The temporary file :func:`write` renames over the stamp (left behind if it was killed)."""
 STAMP_VERSION = 1
 CHECKS_VERSION = 1
 """Bump when :func:`mobius.package.checks.check_package` checks more than before."""
