@@ -230,6 +230,52 @@ def write_synthetic_checkpoint(folder: Path, config_path: Path) -> int:
     return total
 
 
+BENCH_MARK = ".mobius-bench"
+"""File a benchmark leaves in a DIR it owns: only such a DIR's children are ever removed."""
+
+
+def claim_bench_dir(root: Path) -> None:
+    """Make ``root`` the benchmark's own folder, or refuse (SystemExit) if it is someone's.
+
+    A benchmark removes its scratch checkpoints, copies and packages inside DIR between
+    and after runs; it may do so only in a folder it created (new or empty, then marked
+    with :data:`BENCH_MARK`), never in a folder of the user's files.
+    """
+    if root.is_symlink() or (root.exists() and not root.is_dir()):
+        raise SystemExit(f"--dir {root}: not a folder; pass a new folder for the benchmark")
+    if root.is_dir() and any(root.iterdir()) and not (root / BENCH_MARK).is_file():
+        raise SystemExit(
+            f"--dir {root} holds files that no benchmark made (no {BENCH_MARK}); "
+            "pass a new or empty folder: the benchmark deletes its scratch files there"
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    (root / BENCH_MARK).write_text("scratch folder of a mobius benchmark\n")
+
+
+def drop_page_cache() -> bool:
+    """Write dirty pages and drop the page cache (root on Linux), so a copy reads the disk.
+
+    Returns False where that is not permitted: then "cold" figures are warm and the
+    caller says so.
+    """
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        return False
+    return True
+
+
+def distinct_bytes(folder: Path) -> int:
+    """Bytes of the files under ``folder``, each inode once (hard links share storage)."""
+    seen: dict[tuple[int, int], int] = {}
+    for p in folder.rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            st = p.stat()
+            seen[(st.st_dev, st.st_ino)] = st.st_size
+    return sum(seen.values())
+
+
 def _kept_checkpoint(ckpt: Path, marker: Path) -> int | None:
     """Bytes of tensor data of a checkpoint a previous ``--keep`` run finished, or None."""
     index = ckpt / "model.safetensors.index.json"
@@ -250,7 +296,7 @@ def synthetic_e2b(root: Path, config_path: Path, keep: bool, profile: str = "") 
     With ``keep``, a checkpoint a previous ``--keep`` run finished (marker file with
     its index total and shard sizes) is reused instead of written again.
     """
-    root.mkdir(parents=True, exist_ok=True)
+    claim_bench_dir(root)
     ckpt, copy, out = root / "e2b-synthetic", root / "e2b-copy", root / "e2b-package"
     marker = root / "e2b-synthetic.complete.json"
     kept = _kept_checkpoint(ckpt, marker) if keep else None
@@ -279,13 +325,16 @@ def synthetic_e2b(root: Path, config_path: Path, keep: bool, profile: str = "") 
                 f"{t_write:.1f} s"
             )
 
+        cold = drop_page_cache()
         t = time.perf_counter()
         subprocess.run(["cp", "-r", str(ckpt), str(copy)], check=True)
         os.sync()
         t_copy = time.perf_counter() - t
         shutil.rmtree(copy, ignore_errors=True)
-        print(f"    cp -r + sync: {t_copy:.1f} s ({nbytes / GiB / t_copy:.2f} GiB/s)")
+        state = "cold page cache" if cold else "WARM page cache: dropping it is not permitted"
+        print(f"    cp -r + sync: {t_copy:.1f} s ({nbytes / GiB / t_copy:.2f} GiB/s, {state})")
 
+        drop_page_cache()  # the build reads the checkpoint from the disk too
         res = _child(BUILD_CHILD, str(ckpt), str(out), "bf16", profile)
         if "error" in res:
             print(f"    build ERROR: {res['error']}")

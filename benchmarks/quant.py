@@ -22,7 +22,8 @@ Targets (issue 12): ours ≤ onnxruntime's; goal ≤ 0.85×.
 and package bytes. Targets: int4 ≥ 3× f32 tok/s, bytes ≤ 0.3× f32.
 
 (c) benchmarks/build.py's synthetic full-size E2B bf16 checkpoint in DIR (reused if a
-previous --keep left it), a cold-ish ``cp -r`` + sync of it, then ``mobius build --quant
+previous --keep left it), a cold ``cp -r`` + sync of it (page cache dropped where
+permitted; the printout says when it could not be), then ``mobius build --quant
 int4 --dtype f32 --target cpu`` in a child process: wall time vs the copy, peak RSS
 (``ru_maxrss``, file pages included), package size. Targets: RSS ≤ 2 GiB, wall ≤ 3× cp,
 package ≤ 3.5 GB. Needs ~25 GB free; --keep keeps checkpoint and package for (d).
@@ -57,7 +58,10 @@ def load() -> str:
 
 
 def package_bytes(package: Path) -> int:
-    return sum(p.stat().st_size for p in package.rglob("*") if p.is_file())
+    """Bytes on disk: a hard-linked shared table (mobius.package shared data) counts once."""
+    from build import distinct_bytes
+
+    return distinct_bytes(package)
 
 
 def make_small_checkpoint(out: Path, seed: int = 0) -> Path:
@@ -200,9 +204,15 @@ def _child(code: str, *args: str) -> dict:
 
 
 def e2b_build(root: Path, keep: bool) -> None:
-    from build import CONFIGS, _kept_checkpoint, write_synthetic_checkpoint
+    from build import (
+        CONFIGS,
+        _kept_checkpoint,
+        claim_bench_dir,
+        drop_page_cache,
+        write_synthetic_checkpoint,
+    )
 
-    root.mkdir(parents=True, exist_ok=True)
+    claim_bench_dir(root)
     ckpt, copy, out = root / "e2b-synthetic", root / "e2b-copy", root / "e2b-int4-package"
     marker = root / "e2b-synthetic.complete.json"
     kept = _kept_checkpoint(ckpt, marker)
@@ -221,12 +231,15 @@ def e2b_build(root: Path, keep: bool) -> None:
             sizes = {p.name: p.stat().st_size for p in ckpt.glob("*.safetensors")}
             marker.write_text(json.dumps({"total_size": nbytes, "files": sizes}))
         print(f"(c) synthetic E2B: {nbytes / GiB:.2f} GiB of bf16 tensors in {ckpt} ({load()})")
+        cold = drop_page_cache()
         t = time.perf_counter()
         subprocess.run(["cp", "-r", str(ckpt), str(copy)], check=True)
         os.sync()
         t_copy = time.perf_counter() - t
         shutil.rmtree(copy, ignore_errors=True)
-        print(f"    cp -r + sync: {t_copy:.1f} s")
+        state = "cold page cache" if cold else "WARM page cache: dropping it is not permitted"
+        print(f"    cp -r + sync: {t_copy:.1f} s ({state})")
+        drop_page_cache()  # the build reads the checkpoint from the disk too
         res = _child(BUILD_CHILD, str(ckpt), str(out))
         if "error" in res:
             print(f"    build ERROR: {res['error']}")
