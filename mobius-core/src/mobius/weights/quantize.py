@@ -59,6 +59,11 @@ CLIP_RATIOS = (1.15, 1.1, 1.05, 1.0, 0.95, 0.9, 0.85, 0.8)
 """Multiples of the round-to-nearest scale tried per block by the search (1.0 is always
 tried: it is the round-to-nearest scale, so no block ends worse than onnxruntime's)."""
 
+CACHE_VALUES = 1 << 18
+"""Values quantized per slice inside :func:`quantize_rows`: the search makes ~40 passes
+over its slice, and a slice that stays in the L2 cache (1 MiB of float32) made the
+E2B-size build's quantization 1.6x faster than whole 16 MiB row blocks (bit-identical)."""
+
 ROW_BLOCK_BYTES = 16 * 1024 * 1024
 """float32 bytes of source rows quantized at once (bounds the scratch memory)."""
 
@@ -112,6 +117,26 @@ def quantize_rows(
     if w.ndim != 2:
         raise ValueError(f"quantize_rows needs a 2-D array, got shape {list(w.shape)}")
     rows, k = w.shape
+    step = max(1, CACHE_VALUES // max(1, n_blocks(k, block_size) * block_size))
+    if rows > step:  # rows are independent: quantize cache-sized slices, same bits
+        parts = [
+            quantize_rows(
+                w[r : r + step],
+                bits=bits,
+                block_size=block_size,
+                symmetric=symmetric,
+                scale_dtype=scale_dtype,
+                search=search,
+                clip_ratios=clip_ratios,
+            )
+            for r in range(0, rows, step)
+        ]
+        zps = [p.zero_points for p in parts]
+        return QuantizedRows(
+            np.concatenate([p.packed for p in parts]),
+            np.concatenate([p.scales for p in parts]),
+            None if zps[0] is None else np.concatenate(zps),
+        )
     nb = n_blocks(k, block_size)
     x = np.zeros((rows, nb * block_size), dtype=np.float32)
     x[:, :k] = w
