@@ -11,4 +11,4 @@ Where things are:
 - ``genai_config.py`` / ``processors.py``: runtime files and text preprocessing.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.1.1.dev0"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 # module of this package imports onnxruntime; a value the user set is kept.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
-__version__ = "0.1.0"
+__version__ = "0.1.1.dev0"
 __all__ = ["GenerationResult", "Pipeline", "__version__"]
 
 if TYPE_CHECKING:
