@@ -321,13 +321,18 @@ class Pipeline:
         steps themselves (``mobius serve``'s batching engine). Media items are
         preprocessed here; their encoders run with the prompt step.
         """
+        text, images, audio = self._chat_inputs(messages)
+        ids, caller = self.prepare(text, None, images, audio)
+        return {**caller, "input_ids": ids}
+
+    def _chat_inputs(self, messages: Any) -> tuple[str, list[Any], list[Any]]:
+        """The prompt text ``messages`` render to (placeholders checked) and their media."""
         from mobius_runtime.chat import parse_messages
 
         conversation = parse_messages(messages, self.modalities)
         text = self.text.chat_prompt(conversation)
         self.text.check_placeholders(text, conversation)
-        ids, caller = self.prepare(text, None, conversation.images, conversation.audio)
-        return {**caller, "input_ids": ids}
+        return text, conversation.images, conversation.audio
 
     def generate(
         self,
@@ -376,18 +381,13 @@ class Pipeline:
             )
         text = None
         if messages is not None:
-            from mobius_runtime.chat import parse_messages
-
             if images or audio:
                 raise RequestError(
                     "with messages, media go inside the messages, not in images=/audio=",
                     where="generate()",
                     fix='add {"type": "image", "image": …} parts to the user message',
                 )
-            conversation = parse_messages(messages, self.modalities)
-            images, audio = conversation.images, conversation.audio
-            text = self.text.chat_prompt(conversation)
-            self.text.check_placeholders(text, conversation)
+            text, images, audio = self._chat_inputs(messages)
         elif prompt is not None:
             text = prompt
         ids, caller = self.prepare(text, input_ids, images, audio)

@@ -280,7 +280,8 @@ class TextSide:
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
-        if not (self.root / TOKENIZER_FILE).is_file():
+        # the file check only until the tokenizer is loaded (it ran on every streamed token)
+        if self._tokenizer is None and not (self.root / TOKENIZER_FILE).is_file():
             return ""
         return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=True)
 
