@@ -238,3 +238,32 @@ def test_context_end_stops_like_generate(endless, pipeline):
     )
     assert out.usage.completion_tokens == len(want.ids)
     assert out.choices[0].text == want.text and out.choices[0].finish_reason == "length"
+
+
+def test_a_stream_cut_by_shutdown_ends_in_an_error_not_a_finish_reason():
+    """The engine cancels live requests when the server stops; OpenAI has no finish_reason
+    for that, so the stream carries a 503 ``shutting_down`` error object, then [DONE],
+    and a waiting non-streamed request gets the same error."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from mobius_runtime.engine import Finished
+    from mobius_runtime.serve import app as serve_app
+
+    cancelled = Finished("partial", "cancelled", 5, 2, 1.0, 10.0)
+    events: asyncio.Queue = asyncio.Queue()
+    events.put_nowait(("delta", "partial"))
+    events.put_nowait(("done", cancelled))
+    gone: list[object] = []
+    settings = SimpleNamespace(engine=SimpleNamespace(cancel=gone.append))
+
+    async def collect() -> list[str]:
+        stream = serve_app._stream(settings, "h", events, {"id": "x"}, True, False)
+        return [part async for part in stream]
+
+    parts = asyncio.run(collect())
+    assert parts[-1] == "data: [DONE]\n\n" and gone == ["h"]
+    assert '"code": "shutting_down"' in parts[-2] and "after 2 generated tokens" in parts[-2]
+    assert not any('"finish_reason": "cancelled"' in p for p in parts)
+    error = serve_app._shutdown_error(cancelled)
+    assert error.status == 503 and error.body()["error"]["type"] == "server_error"

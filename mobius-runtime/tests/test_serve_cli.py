@@ -80,6 +80,13 @@ def test_serve_logs_requests_and_exits_0_on_signal(tiny_gqa_package, tmp_path, s
         assert proc.wait(timeout=15) == 0, "".join(lines[-20:])
         assert time.monotonic() - sent < 8, "shutdown took too long"
         reader.join(10)
+        # OpenAI has no "cancelled" finish_reason: a stream cut by shutdown ends in an error
+        assert not any('"finish_reason": "cancelled"' in line for line in streamed)
+        ended = any(
+            '"finish_reason": "stop"' in x or '"finish_reason": "length"' in x for x in streamed
+        )
+        if "data: [DONE]" in streamed and not ended:  # cut by the shutdown, within its grace
+            assert any('"code": "shutting_down"' in line for line in streamed), streamed[-6:]
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -221,9 +221,26 @@ async def _answer(
             if kind == "error":
                 raise _engine_error(data)
             if kind == "done":
+                if data.finish_reason == "cancelled":
+                    raise _shutdown_error(data)
                 return _whole(head, data, chat)
     finally:
         settings.engine.cancel(handle)
+
+
+def _shutdown_error(done: Finished) -> ApiError:
+    """A request the engine cancelled while its client still waited: the server stopped.
+
+    OpenAI has no finish_reason for this, so the client gets an error object (503, code
+    ``shutting_down``) rather than a truncated answer that looks complete.
+    """
+    return ApiError(
+        503,
+        f"the server is shutting down: this request was cancelled after "
+        f"{done.completion_tokens} generated tokens; retry it",
+        None,
+        "shutting_down",
+    )
 
 
 def _engine_error(exc: Exception) -> ApiError:
@@ -286,6 +303,9 @@ async def _stream(
                 done = True
                 if kind == "error":
                     yield _sse(_engine_error(data).body())
+                    break
+                if data.finish_reason == "cancelled":  # only a shutdown cancels a live stream
+                    yield _sse(_shutdown_error(data).body())
                     break
                 yield chunk({} if chat else "", data.finish_reason)
                 if usage:
