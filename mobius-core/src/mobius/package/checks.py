@@ -219,7 +219,10 @@ def _locate(root: Path, real_root: Path, rel: str, problems: list[str]) -> Path 
         problems.append(f"{rel}: missing")
         return None
     if not resolved.is_relative_to(real_root):
-        problems.append(f"{rel}: resolves to {resolved}, outside the package (a symlink?)")
+        problems.append(
+            f"{rel}: resolves to {resolved}, outside the package (a symlink? a package holds "
+            "its own files: copy a Hugging Face cache download with `cp -rL PKG NEW`)"
+        )
         return None
     try:
         mode = resolved.stat().st_mode

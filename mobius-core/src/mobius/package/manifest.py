@@ -33,6 +33,14 @@ INLINE_LIMIT = 1024
 _CHUNK = 8 * 1024 * 1024
 
 
+OUTSIDE_FIX = (
+    "a package must hold its own files: if it came through the Hugging Face cache (files "
+    "are links into its blobs/ folder), copy it with the links resolved (`cp -rL PKG NEW`) "
+    "or download it with snapshot_download(..., local_dir=DIR); otherwise do not trust it"
+)
+"""The fix for a package path that resolves outside the package (manifest or pinned file)."""
+
+
 def _sha256_size(path: Path) -> tuple[str, int]:
     """sha256 hex and size of a file, read into one buffer no larger than the file."""
     digest = hashlib.sha256()
@@ -72,7 +80,7 @@ def _read_manifest(root: Path) -> dict[str, Any]:
         raise PackageError(
             f"{MANIFEST_NAME} resolves to {path.resolve()}, outside the package (a symlink?)",
             where=str(path),
-            fix="rebuild the package; do not trust this one",
+            fix=OUTSIDE_FIX,
         )
     manifest = load_json(path, MANIFEST_NAME, _REBUILD, max_bytes=MAX_MANIFEST_BYTES)
     if not isinstance(manifest, dict):
