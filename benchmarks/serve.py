@@ -18,9 +18,15 @@ With ``--engine``, rows ``<package>/eng`` first run the same workload through
 ``mobius_runtime.engine.Engine`` in this process (no HTTP, JSON or client work), which
 separates what batching gains from what the HTTP layer costs per token.
 
+Each HTTP client runs in its own process (spawned, started together once all have
+imported their HTTP client), so clients do not contend for one GIL while they parse
+the server-sent events; ``--client-threads`` runs them as threads of the benchmark
+process instead (the old way), ``--both-client-modes`` runs both against the same
+server (rows ``<package>/proc`` and ``<package>/thr``).
+
 Usage: python benchmarks/serve.py [--which tiny mid] [--clients 1 4 8] [--requests 8]
                                   [--new 64] [--runs 1] [--threads 2] [--max-batch 8]
-                                  [--engine]
+                                  [--engine] [--client-threads | --both-client-modes]
 Goal (not asserted): 8 clients >= 3x the aggregate tokens/s of one client on CPU.
 """
 
@@ -29,7 +35,9 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import multiprocessing as mp
 import os
+import queue
 import re
 import statistics
 import subprocess
@@ -107,28 +115,94 @@ def one_request(http: Any, url: str, prompt: list[int], new: int) -> dict[str, f
             "tokens": tokens}  # fmt: skip
 
 
-def run_row(url: str, prompts: list[list[int]], clients: int, new: int) -> dict[str, float]:
+def _take(todo: Any) -> int | None:
+    try:
+        return todo.get_nowait()
+    except queue.Empty:
+        return None
+
+
+def _client_loop(http: Any, url: str, prompts: list[list[int]], new: int, take: Any,
+                 give: Any) -> None:  # fmt: skip
+    """One client: requests taken from the shared work list until it is empty."""
+    while (i := take()) is not None:
+        give(one_request(http, url, prompts[i], new))
+
+
+def _process_client(url: str, prompts: list[list[int]], new: int, todo: Any, out: Any,
+                    ready: Any, go: Any) -> None:  # fmt: skip
+    """Body of one client process: get ready (untimed), wait for the start, report back."""
+    import httpx
+
+    try:
+        with httpx.Client() as http:  # one connection per client, as applications keep
+            # untimed: the client's lazy imports and its connection, which the threads
+            # of --client-threads share with the warm-up of the benchmark process
+            http.get(url + "/health", timeout=60).raise_for_status()
+            ready.put(os.getpid())
+            go.wait()
+            _client_loop(http, url, prompts, new, lambda: _take(todo), lambda r: out.put(("ok", r)))
+    except BaseException as exc:  # reported to the parent, which raises it
+        out.put(("error", f"{type(exc).__name__}: {exc}"))
+        ready.put(os.getpid())
+    out.put(("end", None))
+
+
+def run_row(url: str, prompts: list[list[int]], clients: int, new: int,
+            mode: str = "process") -> dict[str, float]:  # fmt: skip
+    """The workload with ``clients`` concurrent clients: separate processes or threads."""
+    if mode == "thread":
+        return _run_row_threads(url, prompts, clients, new)
+    ctx = mp.get_context("spawn")  # no fork of a process that may hold ORT threads
+    todo, out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Queue(), ctx.Event()
+    for i in range(len(prompts)):
+        todo.put(i)
+    procs = [ctx.Process(target=_process_client, args=(url, prompts, new, todo, out, ready, go),
+                         daemon=True) for _ in range(clients)]  # fmt: skip
+    for p in procs:
+        p.start()
+    for _ in procs:  # every client has started and imported its HTTP client
+        ready.get(timeout=120)
+    start = time.perf_counter()
+    go.set()
+    results: list[dict[str, float]] = []
+    errors: list[str] = []
+    ended = 0
+    while ended < clients:
+        kind, data = out.get(timeout=600)
+        if kind == "ok":
+            results.append(data)
+        elif kind == "error":
+            errors.append(data)
+        else:
+            ended += 1
+    wall = time.perf_counter() - start
+    for p in procs:
+        p.join(30)
+    if errors:
+        raise RuntimeError(f"a client process failed: {errors[0]}")
+    return _summary(results, clients, wall)
+
+
+def _run_row_threads(url: str, prompts: list[list[int]], clients: int,
+                     new: int) -> dict[str, float]:  # fmt: skip
+    """All clients as threads of this process (they share its GIL for HTTP and JSON work)."""
     results: list[dict[str, float]] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
-    todo = list(range(len(prompts)))
+    todo: queue.Queue[int] = queue.Queue()
+    for i in range(len(prompts)):
+        todo.put(i)
 
     def client() -> None:
         import httpx
 
-        with httpx.Client() as http:  # one connection per client, as applications keep
-            while True:
-                with lock:
-                    if not todo:
-                        return
-                    i = todo.pop(0)
-                try:
-                    out = one_request(http, url, prompts[i], new)
-                except BaseException as exc:
-                    errors.append(exc)
-                    return
-                with lock:
-                    results.append(out)
+        try:
+            with httpx.Client() as http:  # one connection per client, as applications keep
+                _client_loop(http, url, prompts, new, lambda: _take(todo), results.append)
+        except BaseException as exc:
+            with lock:
+                errors.append(exc)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     start = time.perf_counter()
@@ -240,13 +314,29 @@ def main() -> None:
         help="also run the workload through the Engine in-process (rows <package>/eng): "
         "batching without HTTP, JSON and client costs",
     )
+    ap.add_argument(
+        "--client-threads",
+        action="store_true",
+        help="run the HTTP clients as threads of this process (the old way: they share one "
+        "GIL) instead of one process each",
+    )
+    ap.add_argument(
+        "--both-client-modes",
+        action="store_true",
+        help="run the HTTP rows twice on the same server: clients as processes (<package>/proc) "
+        "and as threads (<package>/thr)",
+    )
     args = ap.parse_args()
+    if args.both_client_modes:
+        modes = ["process", "thread"]
+    else:
+        modes = ["thread"] if args.client_threads else ["process"]
 
     rng = np.random.default_rng(0)
     prompts = [[2, *rng.integers(7, 500, size=args.prompt_len - 1).tolist()]
                for _ in range(args.requests)]  # fmt: skip
     print(f"load average before: {load_average()}")
-    head = (f"{'package':8} {'clients':>7} {'tokens':>6} {'wall s':>7} {'tok/s':>8} "
+    head = (f"{'package':10} {'clients':>7} {'tokens':>6} {'wall s':>7} {'tok/s':>8} "
             f"{'x 1 cl':>6} {'TTFT p50':>9} {'p99':>8} {'ms/tok p50':>10} {'p99':>7}  load")  # fmt: skip
     print(head)
     for which in args.which:
@@ -263,7 +353,11 @@ def main() -> None:
 
             with httpx.Client() as http:
                 one_request(http, url, prompts[0], 4)  # warm-up
-            _rows(which, args, functools.partial(run_row, url, prompts, new=args.new))
+            for mode in modes:
+                short = {"process": "proc", "thread": "thr"}[mode]
+                label = which if len(modes) == 1 else f"{which}/{short}"
+                run = functools.partial(run_row, url, prompts, new=args.new, mode=mode)
+                _rows(label, args, run)
         finally:
             proc.terminate()
             proc.wait(30)
@@ -276,7 +370,7 @@ def _rows(label: str, args: Any, run: Any) -> None:
         row = sorted(rows, key=lambda r: r["tok_s"])[len(rows) // 2]  # the median run
         base = base or row["tok_s"]
         print(
-            f"{label:8} {clients:>7} {row['tokens']:>6} {row['wall_s']:>7.2f} "
+            f"{label:10} {clients:>7} {row['tokens']:>6} {row['wall_s']:>7.2f} "
             f"{row['tok_s']:>8.1f} {row['tok_s'] / base:>6.2f} "
             f"{row['ttft_p50']:>9.1f} {row['ttft_p99']:>8.1f} "
             f"{row['tpot_p50']:>10.2f} {row['tpot_p99']:>7.2f}  {load_average()}",
