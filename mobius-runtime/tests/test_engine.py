@@ -79,3 +79,42 @@ def test_stop_string_helpers():
     assert _held_back("hello S", ("STOP", "SIGN")) == 1
     assert _held_back("hello", ("STOP",)) == 0
     assert _held_back("xx</", ("</s>", "</end>")) == 2
+
+
+def test_nan_logits_in_one_row_end_only_that_request(tiny_gqa_package):
+    """A batched step whose row 1 is NaN: that request fails naming the decode step, the
+    others go on with the same greedy ids as alone (the step-wide finiteness check and
+    argmax must pick per row)."""
+    from mobius_runtime import Pipeline
+
+    pipeline = Pipeline.load(tiny_gqa_package, device="cpu")
+    prompts = [[2, *np.random.default_rng(i).integers(7, 500, size=n).tolist()]
+               for i, n in enumerate([6, 9, 4])]  # fmt: skip
+    want = [pipeline.generate(input_ids=p, max_new_tokens=5, stop_ids=()) for p in prompts]
+    engine = Engine(pipeline, max_batch=3)
+    assert engine.batcher.batches
+    engine.stops = set()
+    decode, calls = engine.batcher.decode, []
+
+    def poisoned(cohort, tokens):
+        logits = decode(cohort, tokens)
+        calls.append(len(tokens))
+        if len(calls) == 2:  # the second step, all three rows in one cohort
+            logits = logits.copy()
+            logits[1] = np.nan
+        return logits
+
+    engine.batcher.decode = poisoned  # type: ignore[method-assign]
+    runs = [_collect(engine, p, Sampling(max_tokens=5)) for p in prompts]  # queued first
+    engine.start()
+    try:
+        for _, _, done in runs:
+            assert done.wait(60)
+    finally:
+        engine.stop()
+    assert calls[:2] == [3, 3]
+    assert "NaN logits at generation step 2 (decode)" in str(runs[1][1]["error"])
+    assert "done" not in runs[1][1]
+    for i in (0, 2):
+        finished = runs[i][1]["done"]
+        assert finished.text == want[i].text and finished.completion_tokens == 5

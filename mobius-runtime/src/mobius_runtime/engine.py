@@ -208,8 +208,14 @@ class Engine:
         self.peak_batch = max(self.peak_batch, self.active)
         for cohort, rows in self._cohorts:
             logits = self.batcher.decode(cohort, [r.ids[-1] for r in rows])
+            # one reduction per step instead of one per row: finite rows skip the per-row
+            # check, and greedy rows take the row's argmax (argmax of float32 logits is the
+            # argmax of their exact float64 values, which is what pick() compares)
+            finite = np.isfinite(np.max(logits, axis=-1))
+            greedy = np.argmax(logits, axis=-1)
             for row, request in enumerate(rows):
-                self._take(request, logits[row], cohort.pasts[row])
+                token = int(greedy[row]) if request.sampling.temperature <= 0 else None
+                self._take(request, logits[row], cohort.pasts[row], bool(finite[row]), token)
         self.steps += 1
         self._drop(lambda r: r.first is None, None)
 
@@ -235,24 +241,39 @@ class Engine:
         else:
             self._cohorts.append((cohort, [request]))
 
-    def _take(self, request: Request, logits: np.ndarray, past: int) -> None:
-        """Pick the next token of ``request``; stream its text; finish it when it stops."""
+    def _take(
+        self,
+        request: Request,
+        logits: np.ndarray,
+        past: int,
+        finite: bool = False,
+        greedy: int | None = None,
+    ) -> None:
+        """Pick the next token of ``request``; stream its text; finish it when it stops.
+
+        ``finite``: the caller has checked that the row's largest logit is finite;
+        ``greedy``: the row's argmax, already taken (only for a greedy request).
+        """
         s = request.sampling
         try:
-            check_logits(logits, len(request.ids))
+            if not finite:
+                check_logits(logits, len(request.ids))
         except RequestError as exc:  # NaN / inf: this request ends with the error
             request.first = None
             self.finished["error"] += 1
             log.warning("%s failed: %s", request.id, exc.what)
             request.sink("error", exc)
             return
-        token = pick(
-            logits,
-            do_sample=s.temperature > 0,
-            temperature=s.temperature or 1.0,
-            top_p=s.top_p,
-            rng=request.rng,
-        )
+        if greedy is not None and s.temperature <= 0:
+            token = greedy
+        else:
+            token = pick(
+                logits,
+                do_sample=s.temperature > 0,
+                temperature=s.temperature or 1.0,
+                top_p=s.top_p,
+                rng=request.rng,
+            )
         request.ids.append(token)
         text = self.pipeline.text.decode(request.ids)
         cut = _first_stop(text, s.stop)
@@ -296,6 +317,8 @@ class Engine:
 
     def _drop(self, gone: Callable[[Request], bool], reason: str | None) -> None:
         """Remove the rows of requests for which ``gone`` holds (finishing them as ``reason``)."""
+        if not any(gone(r) for _, rows in self._cohorts for r in rows):
+            return  # the common step: nobody left, every cohort stays as it is
         cohorts = []
         for cohort, rows in self._cohorts:
             keep = [i for i, r in enumerate(rows) if not gone(r)]
