@@ -141,7 +141,10 @@ def _process_client(url: str, prompts: list[list[int]], new: int, todo: Any, out
             http.get(url + "/health", timeout=60).raise_for_status()
             ready.put(os.getpid())
             go.wait()
-            _client_loop(http, url, prompts, new, lambda: _take(todo), lambda r: out.put(("ok", r)))
+            # a blocking get: multiprocessing's get_nowait() reports Empty whenever another
+            # process holds the queue's read lock, which would end clients early
+            give = lambda r: out.put(("ok", {**r, "pid": os.getpid()}))  # noqa: E731
+            _client_loop(http, url, prompts, new, todo.get, give)
     except BaseException as exc:  # reported to the parent, which raises it
         out.put(("error", f"{type(exc).__name__}: {exc}"))
         ready.put(os.getpid())
@@ -155,7 +158,7 @@ def run_row(url: str, prompts: list[list[int]], clients: int, new: int,
         return _run_row_threads(url, prompts, clients, new)
     ctx = mp.get_context("spawn")  # no fork of a process that may hold ORT threads
     todo, out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Queue(), ctx.Event()
-    for i in range(len(prompts)):
+    for i in [*range(len(prompts)), *[None] * clients]:  # then one end mark per client
         todo.put(i)
     procs = [ctx.Process(target=_process_client, args=(url, prompts, new, todo, out, ready, go),
                          daemon=True) for _ in range(clients)]  # fmt: skip
@@ -181,6 +184,10 @@ def run_row(url: str, prompts: list[list[int]], clients: int, new: int,
         p.join(30)
     if errors:
         raise RuntimeError(f"a client process failed: {errors[0]}")
+    busy = len({r.pop("pid") for r in results})
+    if busy < min(clients, len(prompts)):
+        print(f"warning: only {busy} of {clients} client processes got a request in this "
+              "run (they woke late): its concurrency is lower", file=sys.stderr)  # fmt: skip
     return _summary(results, clients, wall)
 
 
