@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,15 +40,56 @@ TINY = ROOT / "testdata" / "tiny-gemma4"
 MID = Path("/tmp/mobius-bench/mid-gemma4")
 
 
-def make_mid_checkpoint(out: Path, seed: int = 0) -> Path:
-    """A seeded random Gemma 4 text checkpoint of about 400 M parameters."""
+def make_random_gemma4(
+    out: Path,
+    label: str,
+    seed: int = 0,
+    layer_types: list[str] | None = None,
+    randomize: tuple[str, ...] = (),
+    **overrides: Any,
+) -> Path:
+    """A seeded random Gemma 4 text checkpoint: the tiny config with ``overrides`` (made
+    with transformers, reused when ``out`` already holds one). Without ``layer_types`` the
+    hub-style default layer pattern applies (per_layer_config would win, so it is dropped).
+    Parameters whose names end with one of ``randomize`` (HF initialises them to ones) get
+    uniform values in [0.5, 1.5)."""
     if (out / "model.safetensors").is_file():
         return out
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     raw = json.loads((TINY / "config.json").read_text())
-    raw.update(
+    raw.update(overrides)
+    raw.pop("per_layer_config", None)
+    if layer_types is None:
+        raw.pop("layer_types", None)
+    else:
+        raw["layer_types"] = layer_types
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(raw))
+    config = AutoConfig.from_pretrained(out)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    if randomize:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith(randomize):
+                    p.uniform_(0.5, 1.5)
+    model.save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (TINY / name).is_file():
+            (out / name).write_bytes((TINY / name).read_bytes())
+    n = sum(p.numel() for p in model.parameters())
+    print(f"{label} checkpoint: {n / 1e6:.0f} M parameters at {out}")
+    return out
+
+
+def make_mid_checkpoint(out: Path, seed: int = 0) -> Path:
+    """A seeded random Gemma 4 text checkpoint of about 400 M parameters."""
+    return make_random_gemma4(
+        out,
+        "mid",
+        seed,
         hidden_size=1024,
         intermediate_size=4096,
         num_hidden_layers=16,
@@ -60,21 +102,6 @@ def make_mid_checkpoint(out: Path, seed: int = 0) -> Path:
         vocab_size_per_layer_input=32768,
         num_kv_shared_layers=4,
     )
-    # hub style: global_head_dim on the default layer pattern (per_layer_config would win)
-    raw.pop("layer_types", None)
-    raw.pop("per_layer_config", None)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(raw))
-    config = AutoConfig.from_pretrained(out)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.save_pretrained(out)
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if (TINY / name).is_file():
-            (out / name).write_bytes((TINY / name).read_bytes())
-    n = sum(p.numel() for p in model.parameters())
-    print(f"mid checkpoint: {n / 1e6:.0f} M parameters at {out}")
-    return out
 
 
 def build(source: Path, out: Path, target: str) -> Path:

@@ -44,13 +44,14 @@ CHECKPOINT = WORK / "moe-gemma4"
 
 def make_moe_checkpoint(out: Path, seed: int = 0) -> Path:
     """A seeded random Gemma 4 text MoE checkpoint of about 300 M parameters."""
-    if (out / "model.safetensors").is_file():
-        return out
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from decode import make_random_gemma4
 
-    raw = json.loads((TINY / "config.json").read_text())
-    raw.update(
+    return make_random_gemma4(
+        out,
+        "MoE",
+        seed,
+        layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 2,
+        randomize=("router.scale", "router.per_expert_scale"),
         hidden_size=768,
         intermediate_size=1024,
         num_hidden_layers=8,
@@ -69,24 +70,6 @@ def make_moe_checkpoint(out: Path, seed: int = 0) -> Path:
         top_k_experts=4,
         moe_intermediate_size=256,
     )
-    raw["layer_types"] = (["sliding_attention"] * 3 + ["full_attention"]) * 2
-    raw.pop("per_layer_config", None)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(raw))
-    config = AutoConfig.from_pretrained(out)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():  # HF initialises these to ones; random values exercise them
-        for name, p in model.named_parameters():
-            if name.endswith(("router.scale", "router.per_expert_scale")):
-                p.uniform_(0.5, 1.5)
-    model.save_pretrained(out)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        if (TINY / name).is_file():
-            (out / name).write_bytes((TINY / name).read_bytes())
-    n = sum(p.numel() for p in model.parameters())
-    print(f"MoE checkpoint: {n / 1e6:.0f} M parameters at {out}")
-    return out
 
 
 def build(source: Path, out: Path, target: str, dense: bool, quant: str | None = None) -> Path:

@@ -66,14 +66,12 @@ def package_bytes(package: Path) -> int:
 
 def make_small_checkpoint(out: Path, seed: int = 0) -> Path:
     """A seeded random Gemma 4 text checkpoint of about 100 M parameters."""
-    if (out / "model.safetensors").is_file():
-        return out
-    import torch
-    from decode import TINY
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from decode import make_random_gemma4
 
-    raw = json.loads((TINY / "config.json").read_text())
-    raw.update(
+    return make_random_gemma4(
+        out,
+        "small",
+        seed,
         hidden_size=640,
         intermediate_size=2560,
         num_hidden_layers=8,
@@ -86,20 +84,6 @@ def make_small_checkpoint(out: Path, seed: int = 0) -> Path:
         vocab_size_per_layer_input=32768,
         num_kv_shared_layers=2,
     )
-    raw.pop("layer_types", None)
-    raw.pop("per_layer_config", None)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(raw))
-    config = AutoConfig.from_pretrained(out)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.save_pretrained(out)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        if (TINY / name).is_file():
-            (out / name).write_bytes((TINY / name).read_bytes())
-    n = sum(p.numel() for p in model.parameters())
-    print(f"small checkpoint: {n / 1e6:.0f} M parameters at {out}")
-    return out
 
 
 def build(source: Path, out: Path, **kw) -> tuple[Path, float]:
