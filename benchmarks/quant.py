@@ -177,14 +177,9 @@ print(json.dumps({"load_s": t_load, "prefill_ms": r.prefill_ms,
 
 
 def _child(code: str, *args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=False
-    )
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"exit {done.returncode}: {tail}"}
-    return json.loads(lines[-1])
+    from build import _child as run_child  # one JSON-line child runner for the benchmarks
+
+    return run_child(code, *args)
 
 
 def e2b_build(root: Path, keep: bool) -> None:
