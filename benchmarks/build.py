@@ -266,6 +266,21 @@ def drop_page_cache() -> bool:
     return True
 
 
+def timed_cold_copy(ckpt: Path, copy: Path) -> tuple[float, str]:
+    """Seconds of ``cp -r ckpt copy`` + sync from a cold page cache (the copy is removed
+    after), and a note of whether the cache really was cold; the cache is dropped again
+    afterwards so the build that follows reads the disk too."""
+    cold = drop_page_cache()
+    t = time.perf_counter()
+    subprocess.run(["cp", "-r", str(ckpt), str(copy)], check=True)
+    os.sync()
+    seconds = time.perf_counter() - t
+    shutil.rmtree(copy, ignore_errors=True)
+    drop_page_cache()
+    state = "cold page cache" if cold else "WARM page cache: dropping it is not permitted"
+    return seconds, state
+
+
 def distinct_bytes(folder: Path) -> int:
     """Bytes of the files under ``folder``, each inode once (hard links share storage)."""
     seen: dict[tuple[int, int], int] = {}
@@ -325,16 +340,9 @@ def synthetic_e2b(root: Path, config_path: Path, keep: bool, profile: str = "") 
                 f"{t_write:.1f} s"
             )
 
-        cold = drop_page_cache()
-        t = time.perf_counter()
-        subprocess.run(["cp", "-r", str(ckpt), str(copy)], check=True)
-        os.sync()
-        t_copy = time.perf_counter() - t
-        shutil.rmtree(copy, ignore_errors=True)
-        state = "cold page cache" if cold else "WARM page cache: dropping it is not permitted"
+        t_copy, state = timed_cold_copy(ckpt, copy)
         print(f"    cp -r + sync: {t_copy:.1f} s ({nbytes / GiB / t_copy:.2f} GiB/s, {state})")
 
-        drop_page_cache()  # the build reads the checkpoint from the disk too
         res = _child(BUILD_CHILD, str(ckpt), str(out), "bf16", profile)
         if "error" in res:
             print(f"    build ERROR: {res['error']}")

@@ -39,7 +39,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -187,7 +186,7 @@ def e2b_build(root: Path, keep: bool) -> None:
         CONFIGS,
         _kept_checkpoint,
         claim_bench_dir,
-        drop_page_cache,
+        timed_cold_copy,
         write_synthetic_checkpoint,
     )
 
@@ -210,15 +209,8 @@ def e2b_build(root: Path, keep: bool) -> None:
             sizes = {p.name: p.stat().st_size for p in ckpt.glob("*.safetensors")}
             marker.write_text(json.dumps({"total_size": nbytes, "files": sizes}))
         print(f"(c) synthetic E2B: {nbytes / GiB:.2f} GiB of bf16 tensors in {ckpt} ({load()})")
-        cold = drop_page_cache()
-        t = time.perf_counter()
-        subprocess.run(["cp", "-r", str(ckpt), str(copy)], check=True)
-        os.sync()
-        t_copy = time.perf_counter() - t
-        shutil.rmtree(copy, ignore_errors=True)
-        state = "cold page cache" if cold else "WARM page cache: dropping it is not permitted"
+        t_copy, state = timed_cold_copy(ckpt, copy)
         print(f"    cp -r + sync: {t_copy:.1f} s ({state})")
-        drop_page_cache()  # the build reads the checkpoint from the disk too
         res = _child(BUILD_CHILD, str(ckpt), str(out))
         if "error" in res:
             print(f"    build ERROR: {res['error']}")

@@ -211,16 +211,21 @@ def _run_row_threads(url: str, prompts: list[list[int]], clients: int,
             with lock:
                 errors.append(exc)
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    wall = _run_threads(client, clients)
+    if errors:
+        raise errors[0]
+    return _summary(results, clients, wall)
+
+
+def _run_threads(target: Any, n: int) -> float:
+    """Seconds for ``n`` threads running ``target`` together, started at once."""
+    threads = [threading.Thread(target=target) for _ in range(n)]
     start = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - start
-    if errors:
-        raise errors[0]
-    return _summary(results, clients, wall)
+    return time.perf_counter() - start
 
 
 def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: int,
@@ -248,13 +253,7 @@ def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: i
             with lock:
                 results.append(out)
 
-    threads_ = [threading.Thread(target=client) for _ in range(clients)]
-    start = time.perf_counter()
-    for t in threads_:
-        t.start()
-    for t in threads_:
-        t.join()
-    wall = time.perf_counter() - start
+    wall = _run_threads(client, clients)
     engine.stop()
     return _summary(results, clients, wall)
 
