@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from mobius.cli._common import is_debug
 from mobius.errors import MobiusError
 
 SAMPLING = "Sampling (only with --sample)"
@@ -114,6 +115,7 @@ def _fail(exc: MobiusError, debug: bool) -> None:
 
 
 def run(
+    ctx: typer.Context,
     package: Annotated[Path, typer.Argument(help="Model package folder (has mobius.json).")],
     prompt: Annotated[str, typer.Option("--prompt", "-p", help="The user message.")],
     raw: Annotated[
@@ -141,6 +143,7 @@ def run(
 
     Text streams to stdout as it is generated; --json prints one JSON line instead.
     """
+    debug = is_debug(ctx, debug)
     try:
         options = _sampling(sample, temperature, top_k, top_p, seed)
         images, clips = _readable("image", image or []), _readable("audio", audio or [])
@@ -181,6 +184,7 @@ CHAT_HELP = """Commands: /image FILE and /audio FILE attach media to your next m
 
 
 def chat(
+    ctx: typer.Context,
     package: Annotated[Path, typer.Argument(help="Model package folder (has mobius.json).")],
     system: Annotated[str | None, typer.Option("--system", help="System message.")] = None,
     image: Images = None,
@@ -208,6 +212,7 @@ def chat(
     """
     from mobius_runtime.session import ChatSession
 
+    debug = is_debug(ctx, debug)
     try:
         options = _sampling(sample, temperature, top_k, top_p, seed)
         pending = {

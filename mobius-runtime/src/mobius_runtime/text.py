@@ -22,6 +22,7 @@ import numpy as np
 
 from mobius.config import GENERATION_CONFIG_KEY, GENERATION_CONFIG_NAME, read_generation_config
 from mobius.errors import ConfigError, PackageError
+from mobius.plugin_env import family_install_hint
 from mobius.records import Processors
 from mobius_runtime.errors import RequestError
 
@@ -166,7 +167,7 @@ class TextSide:
                 f"no {kind} preprocessing is available for model type "
                 f"{self.manifest.get('model_type')!r}",
                 where="mobius_processors",
-                fix="install the model family's plugin (pip install mobius-<family>)",
+                fix=family_install_hint(self.manifest.get("model_type")),
             )
         out = dict(fn(list(items)))
         counts = [int(n) for n in out.pop("num_soft_tokens", [])]

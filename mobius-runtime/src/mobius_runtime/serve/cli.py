@@ -14,13 +14,16 @@ from typing import Annotated, Any
 
 import typer
 
+from mobius.cli._common import is_debug
 from mobius.errors import MobiusError
+from mobius.plugin_env import install_hint
 
 GRACE_S = 3
 log = logging.getLogger("mobius_runtime.serve")
 
 
 def serve(
+    ctx: typer.Context,
     package: Annotated[Path, typer.Argument(help="Model package folder (has mobius.json).")],
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
     port: Annotated[
@@ -62,7 +65,7 @@ def serve(
             allow_remote_media,
         )
     except MobiusError as exc:
-        if debug:
+        if is_debug(ctx, debug):  # `mobius --debug serve` as well as `serve --debug`
             raise
         typer.echo(f"error: {exc.render()}", err=True)
         raise typer.Exit(1) from None
@@ -102,7 +105,7 @@ def _server(
         raise MobiusError(
             f"`mobius serve` needs FastAPI and uvicorn ({exc})",
             where="mobius-runtime[serve]",
-            fix='pip install "mobius-runtime[serve]"',
+            fix=install_hint("mobius-runtime", "serve"),
         ) from None
     from mobius_runtime.cli import require_package
     from mobius_runtime.engine import Engine
