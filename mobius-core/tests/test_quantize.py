@@ -267,6 +267,11 @@ def test_exclude_matching_nothing_warns(tiny_host, tiny_checkpoint, tmp_path, ca
     [
         (["--quant", "int4", "--block-size", "24"], "power of two"),
         (["--quant", "int4", "--block-size", "8"], "power of two"),
+        # beyond the help's range: 512/1024 built packages onnxruntime cannot load, 2^40
+        # ran numpy out of memory (a MemoryError traceback)
+        (["--quant", "int4", "--block-size", "512"], "power of two from 16 to 256"),
+        (["--quant", "int8", "--block-size", "1024"], "power of two from 16 to 256"),
+        (["--quant", "int4", "--block-size", str(2**40)], "got 1099511627776"),
         (["--quant", "int4", "--accuracy-level", "7"], "accuracy level must be 0..4"),
         (["--quant", "int4", "--dtype", "bf16", "--target", "cpu"], "no bfloat16 kernels"),
         (["--block-size", "64"], "only apply to a quantized build"),
@@ -278,6 +283,23 @@ def test_bad_quant_options(tiny_host, tiny_checkpoint, tmp_path, args, needle) -
     assert result.exit_code == 1, result.output
     assert needle in result.stderr and "Traceback" not in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("block", [16, 256])
+def test_every_block_size_of_the_help_loads_in_onnxruntime(tiny_host, tmp_path, block) -> None:
+    """Rows shorter than the block (K=40 < 256) are padded, and onnxruntime runs the result."""
+    from conftest import write_tiny_checkpoint
+    from safetensors.numpy import load_file
+
+    ckpt = write_tiny_checkpoint(tmp_path / "ck", in_features=40, out_features=6)
+    out = tmp_path / "out"
+    result = _cli(tiny_host, str(ckpt), str(out), "--quant", "int4", "--block-size", str(block))
+    assert result.exit_code == 0, (result.output, result.exception)
+    session = ort.InferenceSession(str(out / "model" / "model.onnx"))
+    x = np.random.default_rng(1).normal(size=(2, 40)).astype(np.float32)
+    w = load_file(str(ckpt / "model.safetensors"))["proj.weight"]
+    ref_q = dequantize_rows(quantize_rows(w, block_size=block), 40, bits=4, block_size=block)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ ref_q.T, rtol=1e-3, atol=1e-3)
 
 
 def test_prequantized_checkpoint_is_refused(tiny_host, tiny_checkpoint, tmp_path) -> None:
