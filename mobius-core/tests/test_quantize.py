@@ -142,6 +142,27 @@ def test_all_zero_rows_and_half_scales() -> None:
     assert back[1, 5] == pytest.approx(2.5, rel=1e-3)
 
 
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("scale_dtype", [np.float32, np.float16])
+def test_subnormal_blocks_read_back_as_zero_without_warnings(symmetric, scale_dtype) -> None:
+    """Was: "RuntimeWarning: overflow encountered in divide" (1 / a subnormal scale) and
+    NaN levels where a value was 0; such blocks now read back as exactly 0."""
+    import warnings
+
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((3, 64)) * 1e-40).astype(np.float32)  # subnormal float32
+    w[0, ::3] = 0.0
+    w[1] = rng.standard_normal(64).astype(np.float32)  # an ordinary row beside them
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        q = quantize_rows(w, symmetric=symmetric, scale_dtype=scale_dtype)
+    back = dequantize_rows(q, 64, bits=4, block_size=32)
+    np.testing.assert_array_equal(back[[0, 2]], 0.0)
+    alone = quantize_rows(w[1:2], symmetric=symmetric, scale_dtype=scale_dtype)
+    np.testing.assert_array_equal(q.packed[1], alone.packed[0])  # ordinary rows: unchanged
+    np.testing.assert_array_equal(q.scales[1], alone.scales[0])
+
+
 def test_bad_scheme() -> None:
     with pytest.raises(ValueError, match="power of two"):
         quantize_rows(np.ones((2, 2), np.float32), block_size=24)
