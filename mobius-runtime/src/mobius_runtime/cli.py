@@ -254,6 +254,7 @@ def chat(
                 raise
             sys.stdout.write("\n")
             typer.echo(f"error: {exc.render()}", err=True)
+            _drop_media(pending)
             continue
         except KeyboardInterrupt:
             typer.echo("\n(reply interrupted; the turn is dropped)", err=True)
@@ -269,6 +270,23 @@ def chat(
             )
     if interactive:
         sys.stderr.write("\n")
+
+
+def _drop_media(pending: dict[str, list[Path]]) -> None:
+    """Forget the media of a failed turn, saying so; the conversation is kept.
+
+    Why: a file that passed the path check but failed to decode stayed pending, so
+    every later turn failed the same way until /reset (which forgot the conversation).
+    """
+    dropped = [f"{kind} {path}" for kind, paths in pending.items() for path in paths]
+    if not dropped:
+        return
+    pending["image"], pending["audio"] = [], []
+    typer.echo(
+        f"(dropped {', '.join(dropped)}; the conversation is kept: type your message "
+        "again, with /image or /audio to attach another file)",
+        err=True,
+    )
 
 
 def _command(line: str, session: Any, pending: dict[str, list[Path]]) -> None:

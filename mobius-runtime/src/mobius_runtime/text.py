@@ -22,7 +22,6 @@ import numpy as np
 
 from mobius.config import GENERATION_CONFIG_KEY, GENERATION_CONFIG_NAME, read_generation_config
 from mobius.errors import ConfigError, PackageError
-from mobius.plugin_env import family_install_hint
 from mobius.records import Processors
 from mobius_runtime.errors import RequestError
 
@@ -167,7 +166,9 @@ class TextSide:
                 f"no {kind} preprocessing is available for model type "
                 f"{self.manifest.get('model_type')!r}",
                 where="mobius_processors",
-                fix=family_install_hint(self.manifest.get("model_type")),
+                fix=f"install the plugin of the family that builds model_type "
+                f"{self.manifest.get('model_type')!r} (from a clone of the repository: "
+                "pip install ./mobius-<family>)",
             )
         out = dict(fn(list(items)))
         counts = [int(n) for n in out.pop("num_soft_tokens", [])]

@@ -16,7 +16,6 @@ import typer
 
 from mobius.cli._common import is_debug
 from mobius.errors import MobiusError
-from mobius.plugin_env import install_hint
 
 GRACE_S = 3
 log = logging.getLogger("mobius_runtime.serve")
@@ -105,7 +104,7 @@ def _server(
         raise MobiusError(
             f"`mobius serve` needs FastAPI and uvicorn ({exc})",
             where="mobius-runtime[serve]",
-            fix=install_hint("mobius-runtime", "serve"),
+            fix='pip install "./mobius-runtime[serve]" (from a clone of the repository)',
         ) from None
     from mobius_runtime.cli import require_package
     from mobius_runtime.engine import Engine
