@@ -100,3 +100,21 @@ def test_errors_exit_1_without_traceback(app, single_pkg, tmp_path, case, needle
     assert result.exit_code == 1
     assert needle in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_reply_cut_at_the_context_length_says_so(app, single_pkg, as_json):
+    """Was silent in plain mode (128 tokens asked, a few given)."""
+    args = [single_pkg, "--raw", "--prompt", " ".join(["b"] * 60), "--device", "cpu"]
+    result = _run(app, *args, *(["--json"] if as_json else []))
+    assert result.exit_code == 0, result.output
+    if as_json:
+        data = json.loads(result.stdout.strip().splitlines()[-1])
+        assert data["stop_reason"] == "context_length"
+        assert "note:" not in result.stderr
+        return
+    n = len(result.stdout.strip().split())
+    assert (
+        f"note: the reply was cut: 128 tokens asked, {n} given: the context length 64 was "
+        "reached" in result.stderr
+    ), (result.stdout, result.stderr)

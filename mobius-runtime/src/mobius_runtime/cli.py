@@ -177,6 +177,20 @@ def run(
     else:
         sys.stdout.write("\n")
         sys.stdout.flush()
+        _say_if_cut(result, max_new_tokens, pipeline)
+
+
+def _say_if_cut(result: Any, max_new_tokens: int, pipeline: Any) -> None:
+    """A note on stderr when the reply ended at the model's context length.
+
+    Why: plain output ended silently (128 tokens asked, 19 given); --json has stop_reason.
+    """
+    if result.stop_reason == "context_length":
+        typer.echo(
+            f"note: the reply was cut: {max_new_tokens} tokens asked, {len(result.ids)} given: "
+            f"the context length {pipeline.context_length} was reached",
+            err=True,
+        )
 
 
 CHAT_HELP = """Commands: /image FILE and /audio FILE attach media to your next message;
@@ -243,7 +257,7 @@ def chat(
             _command(line, session, pending)
             continue
         try:
-            session.send(
+            reply = session.send(
                 line,
                 images=[str(p) for p in pending["image"]],
                 audio=[str(p) for p in pending["audio"]],
@@ -262,6 +276,7 @@ def chat(
         pending = {"image": [], "audio": []}
         sys.stdout.write("\n")
         sys.stdout.flush()
+        _say_if_cut(reply, max_new_tokens, pipeline)
         if stats:
             typer.echo(
                 f"[turn prefilled {session.prefilled} tokens; "
