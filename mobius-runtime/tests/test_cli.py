@@ -118,3 +118,15 @@ def test_a_reply_cut_at_the_context_length_says_so(app, single_pkg, as_json):
         f"note: the reply was cut: 128 tokens asked, {n} given: the context length 64 was "
         "reached" in result.stderr
     ), (result.stdout, result.stderr)
+
+
+def test_threads_out_of_range_gives_one_range(app, single_pkg, monkeypatch):
+    """Was "use 1 to 8" in the message and "pass a number from 1 to 2" in the fix."""
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    result = _run(app, single_pkg, "--prompt", "b", "--threads", "100", "--device", "cpu")
+    assert result.exit_code == 1, result.output
+    assert "threads=100 is out of range: the limit is 1 to 8 (4 per CPU core" in result.stderr
+    assert "fix: pass a number from 1 to 8 (2, one per core" in result.stderr
+    assert "from 1 to 2" not in result.stderr
