@@ -244,3 +244,22 @@ def test_import_mobius_cli_is_light() -> None:
     proc = run([sys.executable, "-c", code.format(heavy=HEAVY)])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_inspect_says_a_tied_table_is_counted_under_both_ops(capsys) -> None:
+    """Was "53 tensors quantized (2 GatherBlockQuantized, 52 MatMulNBits)" without a word."""
+    from mobius.cli.cmd_inspect import _print_quantization
+
+    tensors = {
+        "embed": {"ops": ["GatherBlockQuantized", "MatMulNBits"], "bits": 4},
+        "q": {"ops": ["MatMulNBits"], "bits": 4},
+    }
+    _print_quantization({"format": "int4", "components": {"model": {"tensors": tensors}}})
+    out = capsys.readouterr().out
+    assert (
+        "model: 2 tensors quantized (1 GatherBlockQuantized int4, 2 MatMulNBits int4; "
+        "read by several ops, counted under each, stored once: embed)" in out
+    )
+    del tensors["embed"]
+    _print_quantization({"format": "int4", "components": {"model": {"tensors": tensors}}})
+    assert "(1 MatMulNBits int4); " in capsys.readouterr().out

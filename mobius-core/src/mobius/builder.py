@@ -80,6 +80,15 @@ def build(
     progress = progress or NullProgress()
     out_path = Path(out).expanduser()
     options = build_options(dtype, target, quant)
+    if dtype == "bf16" and target != "cuda":
+        # the package builds, but onnxruntime's CPU kernels have no bfloat16 for its ops
+        # (mobius_runtime's bf16-on-CPU check refuses it at load; tests/test_bf16_on_cpu.py)
+        log.warning(
+            "--dtype bf16 with --target %s: the package will run on CUDA only "
+            "(onnxruntime's CPU kernels have no bfloat16); for CPU build with --dtype f32, "
+            "or pass --target cuda to say CUDA is meant",
+            target,
+        )
     from mobius.outdir import check_package_out
 
     local = looks_local(source)
