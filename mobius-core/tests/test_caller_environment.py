@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).parent
-HUB_FACING = ("test_checkpoint.py",)
+HUB_FACING = ("test_checkpoint.py", "test_hostile_checkpoints.py")
 """The test files that open Hub ids (each is a few seconds)."""
 
 
