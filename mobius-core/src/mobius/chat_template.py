@@ -158,7 +158,7 @@ class Renderer:
 
     def _call(self, values: dict[str, Any] | None) -> str:
         try:
-            payload = json.dumps({"values": values}, ensure_ascii=False) + "\n"
+            payload = json.dumps({"values": values}) + "\n"  # ASCII: lone surrogates too
         except (TypeError, ValueError) as exc:
             raise TemplateFailure(
                 "render", f"the template's values are not plain data: {exc}"
@@ -198,7 +198,7 @@ class _Worker:
             env={**os.environ, "PYTHONINTMAXSTRDIGITS": "4300"},
         )
         self._buffer = b""
-        answer = self.ask(json.dumps({"source": source}, ensure_ascii=False).encode("utf-8"))
+        answer = self.ask(json.dumps({"source": source}).encode("ascii"))
         if "error" in answer:
             self.kill()
             raise TemplateFailure(answer["kind"], answer["error"], answer.get("line"))
@@ -293,7 +293,7 @@ def _serve() -> None:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         try:
-            out.write(json.dumps(answer, ensure_ascii=False).encode("utf-8") + b"\n")
+            out.write(json.dumps(answer).encode("ascii") + b"\n")
             out.flush()
         except MemoryError:
             out.write(b'{"error": "the rendered text is too large", "kind": "budget"}\n')
