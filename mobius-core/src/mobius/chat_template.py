@@ -48,6 +48,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -140,6 +141,8 @@ class Renderer:
         self._slots = threading.BoundedSemaphore(workers)
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
+        # a renderer dropped without close() stops its workers when it is collected
+        weakref.finalize(self, _kill_all, self._all)
 
     def check(self) -> None:
         """Compile the template (in a worker): :class:`TemplateFailure` ``syntax`` if not."""
@@ -152,9 +155,7 @@ class Renderer:
 
     def close(self) -> None:
         with self._lock:
-            workers, self._all = list(self._all), set()
-        for worker in workers:
-            worker.kill()
+            _kill_all(self._all)
 
     def _call(self, values: dict[str, Any] | None) -> str:
         try:
@@ -183,6 +184,12 @@ class Renderer:
         return answer["text"]
 
 
+def _kill_all(workers: set[_Worker]) -> None:
+    for worker in list(workers):
+        worker.kill()
+    workers.clear()
+
+
 class _Worker:
     """One worker process: sends a request line, reads the answer line within budget."""
 
@@ -195,7 +202,6 @@ class _Worker:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C of the terminal is the caller's, not ours
-            env={**os.environ, "PYTHONINTMAXSTRDIGITS": "4300"},
         )
         self._buffer = b""
         answer = self.ask(json.dumps({"source": source}).encode("ascii"))
