@@ -107,6 +107,31 @@ def named_tokens(raw: Any) -> dict[str, str]:
     return out
 
 
+def first_render(renderer: Renderer, tokens: Mapping[str, str]) -> TemplateFailure | None:
+    """Compile, then render :data:`SMALL_CONVERSATION` once (what build and load check).
+
+    Raises :class:`TemplateFailure` for a template that does not compile or breaks its
+    budget, with :func:`refusal` as its message; returns the template's own refusal of
+    that conversation (kind ``"render"``: some templates require a system turn), or None.
+    """
+    try:
+        renderer.check()
+        values = {"tools": None, "documents": None, **tokens}
+        renderer.render({**values, "messages": SMALL_CONVERSATION, "add_generation_prompt": True})
+    except TemplateFailure as exc:
+        if exc.kind == "render":
+            return exc
+        raise TemplateFailure(exc.kind, refusal(exc), exc.line) from None
+    return None
+
+
+def refusal(exc: TemplateFailure) -> str:
+    """Why a template is refused, in one line (for :func:`first_render`'s failures)."""
+    if exc.kind == "syntax":
+        return f"the chat template {exc.describe()}"
+    return f"the chat template cannot render one user message within its budget: {exc.describe()}"
+
+
 def check_depth(value: Any, where: str, depth: int = 0) -> None:
     """Refuse values nested deeper than :data:`MAX_DEPTH` (iteratively: any depth is safe)."""
     stack = [(value, depth)]
