@@ -133,11 +133,12 @@ def build(
     config = host.read_config(model_type, raw)
     contract = host.pipeline_contract(model_type, config, options)
 
-    from mobius.chat_files import chat_files
+    from mobius.chat_files import chat_files, check_chat_template
 
     files = host.runtime_files(model_type, config, contract, checkpoint, options)
     files = [*files, *chat_files(checkpoint, files)]
     _check_runtime_files(files)  # before the (long) graph build
+    check_chat_template(files)
 
     graphs, n_tensors, unused, quant_reports = _build_components(
         host, model_type, config, contract, checkpoint, options, progress

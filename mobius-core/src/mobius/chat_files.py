@@ -11,6 +11,10 @@ of which ``default`` is the one used). The build writes it to the package as
 ``chat_template.jinja``, with ``tokenizer_config.json`` beside it (the special
 token names the template refers to: ``bos_token`` …), unless the family plugin
 already ships files of those names. The runtime renders it (``docs/internals.md``).
+
+A template is untrusted input: :func:`check_chat_template` renders it once, in
+:mod:`mobius.chat_template`'s budgeted worker, on a one-message conversation, and
+the build refuses one that does not compile or cannot render that in budget.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from mobius.chat_template import TEMPLATE_FILE as CHAT_TEMPLATE_FILE
+from mobius.chat_template import Renderer, TemplateFailure, first_render, named_tokens
+from mobius.errors import BuildError
 from mobius.records import RuntimeFile
 
-CHAT_TEMPLATE_FILE = "chat_template.jinja"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -85,3 +91,52 @@ def chat_files(checkpoint: Any, plugin_files: Sequence[RuntimeFile]) -> list[Run
         if template is not None:
             out.append(RuntimeFile(CHAT_TEMPLATE_FILE, content=template.encode("utf-8")))
     return out
+
+
+def _text(rf: RuntimeFile) -> str:
+    data = rf.content if rf.content is not None else rf.source.read_bytes()  # type: ignore[union-attr]
+    return data.decode("utf-8")
+
+
+def check_chat_template(files: Sequence[RuntimeFile]) -> None:
+    """Render the package's chat template (if any) once on a one-message conversation.
+
+    Refused (:class:`~mobius.errors.BuildError`): a template that is not UTF-8, does not
+    compile, or breaks its time / memory / output budget. A template that itself
+    refuses that conversation (``raise_exception``) is only reported: some templates
+    require a system message or alternating roles.
+    """
+    by_name = {rf.path: rf for rf in files}
+    template = by_name.get(CHAT_TEMPLATE_FILE)
+    if template is None:
+        return
+    where = str(template.source or CHAT_TEMPLATE_FILE)
+    tokens: dict[str, str] = {}
+    config = by_name.get(TOKENIZER_CONFIG_FILE)
+    try:
+        source = _text(template)
+        if config is not None:
+            tokens = named_tokens(json.loads(_text(config)))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BuildError(
+            f"the chat template is not readable UTF-8 text: {exc}",
+            where=where,
+            fix="fix or remove chat_template.jinja in the checkpoint",
+        ) from exc
+    except ValueError:
+        tokens = {}  # an unreadable tokenizer_config.json was reported where it was copied
+    renderer = Renderer(source, workers=1)
+    try:
+        refused = first_render(renderer, tokens)
+    except TemplateFailure as exc:
+        raise BuildError(
+            exc.message,
+            where=f"{where}:{exc.line}" if exc.line else where,
+            fix="fix the template (chat_template.jinja or tokenizer_config.json's "
+            "chat_template) in the checkpoint, or remove it",
+        ) from None
+    finally:
+        renderer.close()
+    if refused is not None:
+        log.warning("%s: the chat template refuses a one-message conversation: %s",
+                    where, refused.describe())  # fmt: skip

@@ -2,15 +2,14 @@
 
 The build copies the checkpoint's template into the package as
 ``chat_template.jinja`` (with ``tokenizer_config.json``, whose special-token names
-the template reads). It is rendered here as transformers renders it: jinja2's
-``ImmutableSandboxedEnvironment`` with ``trim_blocks`` and ``lstrip_blocks``, the
-``loopcontrols`` extension, a ``{% generation %}`` block tag (rendered as its
-body), ``raise_exception``, ``strftime_now``, a JSON ``tojson`` filter with
-``ensure_ascii=False`` and its ``indent`` / ``separators`` / ``sort_keys``
-options, a call-only ``dict`` and a ``namespace`` that refuses underscore names.
-The template receives ``messages``, ``tools=None``, ``documents=None``,
-``add_generation_prompt``, the named special tokens (``bos_token`` …, and the
-named ``extra_special_tokens``) and any extra keyword the caller passes.
+the template reads). A package is untrusted input: the template is rendered by
+:mod:`mobius.chat_template`, in a worker process with a time, memory and output
+budget and bounded operations, in the environment transformers renders with. It
+receives ``messages``, ``tools=None``, ``documents=None``, ``add_generation_prompt``,
+the named special tokens (``bos_token`` …, and the named ``extra_special_tokens``)
+and any extra keyword the caller passes. A template that breaks its budget ends the
+request with a one-line error naming the template and its line; the caller's
+process never runs template code.
 
 Messages are the HF shape: ``{"role": ..., "content": str | [part, ...]}`` with
 parts ``{"type": "text", "text": ...}``, ``{"type": "image", "image": path | PIL
@@ -24,28 +23,25 @@ order the parts appear.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mobius.chat_template import (
+    MAX_DEPTH,
+    TEMPLATE_FILE,
+    Renderer,
+    TemplateFailure,
+    first_render,
+    named_tokens,
+)
 from mobius.errors import PackageError
 from mobius_runtime.errors import RequestError
 
-TEMPLATE_FILE = "chat_template.jinja"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 ROLES = ("system", "user", "assistant", "tool")
 PART_TYPES = ("text", "image", "audio")
-NAMED_TOKENS = (
-    "bos_token",
-    "eos_token",
-    "unk_token",
-    "sep_token",
-    "pad_token",
-    "cls_token",
-    "mask_token",
-)
 
 
 @dataclass
@@ -123,18 +119,24 @@ def parse_messages(messages: Any, modalities: set[str]) -> Conversation:
     return out
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: Any, depth: int = 0) -> Any:
     """What a template may see: JSON-like data; anything else becomes ``"<TypeName>"``."""
     if value is None or type(value) in (str, int, float, bool):
         return value
+    if depth >= MAX_DEPTH and isinstance(value, (Mapping, list, tuple)):
+        raise RequestError(
+            f"a value for the chat template is nested more than {MAX_DEPTH} levels deep",
+            where="messages",
+            fix="pass plain messages (strings, or lists of parts)",
+        )
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_plain(v, depth + 1) for v in value]
     if isinstance(value, str):
         return str.__str__(value)
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # numpy scalars
-        return _plain(value.item())
+        return _plain(value.item(), depth)
     if isinstance(value, int):
         return int.__int__(value)
     if isinstance(value, float):
@@ -155,122 +157,32 @@ def special_tokens(root: Path) -> dict[str, str]:
             where=str(path),
             fix="rebuild the package from a checkpoint with a valid tokenizer_config.json",
         ) from exc
-    if not isinstance(raw, dict):
-        return {}
-    names = {k: raw.get(k) for k in NAMED_TOKENS}
-    extra = raw.get("extra_special_tokens")
-    if isinstance(extra, dict):
-        names.update(extra)
-    out: dict[str, str] = {}
-    for name, value in names.items():
-        if isinstance(value, dict):  # a serialized AddedToken
-            value = value.get("content")
-        if isinstance(value, str):
-            out[str(name)] = value
-    return out
-
-
-def _environment() -> Any:
-    import jinja2
-    from jinja2 import nodes
-    from jinja2.ext import Extension
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    class GenerationBlock(Extension):
-        """``{% generation %}…{% endgeneration %}`` renders its body (HF marks assistant text)."""
-
-        tags = frozenset({"generation"})
-
-        def parse(self, parser: Any) -> Any:
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            call = self.call_method("_body")
-            return nodes.CallBlock(call, [], [], body).set_lineno(lineno)
-
-        def _body(self, caller: Any) -> str:
-            return caller()
-
-    def raise_exception(message: Any) -> None:
-        raise jinja2.exceptions.TemplateError(str(message))
-
-    def tojson(x: Any, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
-        return json.dumps(
-            x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-        )
-
-    def strftime_now(fmt: str) -> str:
-        from datetime import datetime
-
-        return datetime.now().strftime(fmt)
-
-    class TemplateDict:
-        def __call__(self, *args: Any, **kwargs: Any) -> dict:
-            return dict(*args, **kwargs)
-
-        def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
-            return dict.fromkeys(*args, **kwargs)
-
-    class TemplateNamespace(jinja2.utils.Namespace):
-        def __init__(*args: Any, **kwargs: Any) -> None:
-            self, rest = args[0], args[1:]
-            attrs = dict(*rest, **kwargs)
-            for name in attrs:
-                TemplateNamespace.check(name)
-            jinja2.utils.Namespace.__init__(self, attrs)
-
-        def __setitem__(self, name: str, value: Any) -> None:
-            TemplateNamespace.check(name)
-            jinja2.utils.Namespace.__setitem__(self, name, value)
-
-        @staticmethod
-        def check(name: Any) -> None:
-            if isinstance(name, str) and name.startswith("_"):
-                raise jinja2.exceptions.SecurityError(
-                    f"a chat template may not set underscore attributes ({name!r})"
-                )
-
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True,
-        lstrip_blocks=True,
-        extensions=[GenerationBlock, "jinja2.ext.loopcontrols"],
-    )
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = strftime_now
-    env.globals["dict"] = TemplateDict()
-    env.globals["namespace"] = TemplateNamespace
-    return env
-
-
-def _template_line(tb: Any) -> int | None:
-    """The chat template's line in a traceback (jinja2 maps template frames back to it)."""
-    line = None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == TEMPLATE_FILE:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
+    return named_tokens(raw)
 
 
 class ChatTemplate:
-    """A compiled chat template and the special tokens it is rendered with."""
+    """A checked chat template and the special tokens it is rendered with.
+
+    Loading compiles it in a worker (:class:`~mobius.errors.PackageError` if it does
+    not compile) and renders :data:`~mobius.chat_template.SMALL_CONVERSATION` once: a
+    template that cannot render one message within its budget is refused at load, not
+    at every request.
+    """
 
     def __init__(self, source: str, tokens: Mapping[str, str], where: str) -> None:
-        import jinja2
-
         self.source = source
         self.tokens = dict(tokens)
         self.where = where
-        env = _environment()
+        self._renderer = Renderer(source)
         try:
-            code = env.compile(source, filename=TEMPLATE_FILE)
-            self._template = env.template_class.from_code(env, code, env.make_globals(None))
-        except jinja2.TemplateSyntaxError as exc:
+            first_render(self._renderer, self.tokens)
+        except TemplateFailure as exc:
+            self._renderer.close()
             raise PackageError(
-                f"the chat template does not compile: {exc.message} (line {exc.lineno})",
-                where=f"{where}:{exc.lineno}",
+                exc.message,
+                where=f"{where}:{exc.line}" if exc.line else where,
                 fix="fix the template in the checkpoint and rebuild the package",
-            ) from exc
+            ) from None
 
     @classmethod
     def load(cls, root: Path) -> ChatTemplate | None:
@@ -288,28 +200,34 @@ class ChatTemplate:
             ) from exc
         return cls(source, special_tokens(root), str(path))
 
+    def _values(
+        self, messages: Any, add_generation_prompt: bool, kwargs: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        values = {**self.tokens, **_plain(dict(kwargs))}
+        return {
+            **values,
+            "messages": _plain(messages),
+            "tools": values.pop("tools", None),
+            "documents": values.pop("documents", None),
+            "add_generation_prompt": bool(add_generation_prompt),
+        }
+
     def render(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:
         """The prompt text for already-checked plain ``messages``."""
-        import jinja2
-
-        values = {**self.tokens, **_plain(kwargs)}
         try:
-            return self._template.render(
-                messages=messages,
-                tools=values.pop("tools", None),
-                documents=values.pop("documents", None),
-                add_generation_prompt=add_generation_prompt,
-                **values,
-            )
-        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError) as exc:
-            line = _template_line(sys.exc_info()[2])
-            at = f"{self.where}:{line}" if line else self.where
-            detail = getattr(exc, "message", None) or str(exc)
-            raise RequestError(
-                f"the chat template refused the messages: {detail}"
-                + (f" (template line {line})" if line else ""),
-                where=at,
-                fix="change the messages to what this model's template accepts",
-            ) from exc
+            return self._renderer.render(self._values(messages, add_generation_prompt, kwargs))
+        except TemplateFailure as exc:
+            at = f"{self.where}:{exc.line}" if exc.line else self.where
+            if exc.kind == "budget":
+                what = f"the chat template broke its budget: {exc.describe()}"
+                fix = "the package's chat template is unsafe: fix it and rebuild the package"
+            else:
+                what = f"the chat template refused the messages: {exc.describe()}"
+                fix = "change the messages to what this model's template accepts"
+            raise RequestError(what, where=at, fix=fix) from None
+
+    def close(self) -> None:
+        """Stop the template's worker processes (they also stop when this process ends)."""
+        self._renderer.close()

@@ -215,7 +215,10 @@ class Engine:
             greedy = np.argmax(logits, axis=-1)
             for row, request in enumerate(rows):
                 token = int(greedy[row]) if request.sampling.temperature <= 0 else None
-                self._take(request, logits[row], cohort.pasts[row], bool(finite[row]), token)
+                try:
+                    self._take(request, logits[row], cohort.pasts[row], bool(finite[row]), token)
+                except Exception as exc:  # this row's own failure ends this row only
+                    self._fail(request, exc)
         self.steps += 1
         self._drop(lambda r: r.first is None, None)
 
@@ -227,12 +230,14 @@ class Engine:
         try:
             logits, cohort = self.batcher.prefill(request.caller, capacity)
         except Exception as exc:
-            log.warning("request %s failed in prefill: %s", request.id, exc)
-            request.sink("error", exc)
+            self._fail(request, exc)
             return
         request.caller = {}  # media arrays are no longer needed
         request.first = time.perf_counter()
-        self._take(request, logits, request.prompt_tokens)
+        try:
+            self._take(request, logits, request.prompt_tokens)
+        except Exception as exc:
+            self._fail(request, exc)
         if request.first is None:  # finished on its first token
             return
         if self.batcher.batches and self._cohorts:
@@ -259,10 +264,7 @@ class Engine:
             if not finite:
                 check_logits(logits, len(request.ids))
         except RequestError as exc:  # NaN / inf: this request ends with the error
-            request.first = None
-            self.finished["error"] += 1
-            log.warning("%s failed: %s", request.id, exc.what)
-            request.sink("error", exc)
+            self._fail(request, exc)
             return
         if greedy is not None and s.temperature <= 0:
             token = greedy
@@ -290,6 +292,23 @@ class Engine:
             if len(ready) > len(request.emitted):
                 request.sink("delta", ready[len(request.emitted) :])
                 request.emitted = ready
+
+    def _fail(self, request: Request, exc: Exception) -> None:
+        """End ``request`` alone with ``exc`` (its row leaves the cohort at the step's end).
+
+        A failure of one row (its sampler, its detokenizer, its sink) must not reach the
+        other rows of the batched step: they go on as if it had finished.
+        """
+        request.first = None
+        self.finished["error"] += 1
+        if isinstance(exc, RequestError):
+            log.warning("%s failed: %s", request.id, exc.what)
+        else:
+            log.error("%s failed", request.id, exc_info=exc)
+        try:
+            request.sink("error", exc)
+        except Exception:  # a sink that fails must not stop the others
+            log.exception("%s: its sink failed", request.id)
 
     def _finish(self, request: Request, reason: str, text: str | None = None) -> None:
         now = time.perf_counter()

@@ -1,0 +1,270 @@
+"""Sampling is numerically safe for every accepted setting, and one row's failure in a
+batched step ends only that row (issue: one request could fail every request in its batch).
+
+``temperature=1e-310`` used to divide the logits into ``inf`` and ``inf - inf = NaN``;
+``rng.choice`` then raised "Probabilities contain NaN" inside the engine's batched step,
+and the step's catch-all failed every request of the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+
+import httpx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mobius_runtime.engine import Engine, Sampling
+from mobius_runtime.sampling import Sampler, pick
+
+VOCAB = 64
+
+# every temperature the server or the CLI accepts, with the edges drawn often
+temperatures = st.one_of(
+    st.sampled_from([5e-324, 1e-310, 2.2e-308, 1e-30, 1e-6, 0.7, 1.0, 2.0, 1e30, 1.7e308]),
+    st.floats(min_value=5e-324, max_value=1.7e308, allow_nan=False, allow_infinity=False),
+)
+top_ps = st.one_of(
+    st.sampled_from([5e-324, 1e-300, 1e-9, 0.5, 0.9, 0.999999, 1.0]),
+    st.floats(min_value=5e-324, max_value=1.0, allow_nan=False, exclude_min=False),
+)
+top_ks = st.one_of(st.sampled_from([0, 1, 2, VOCAB - 1, VOCAB, VOCAB + 1, 10**30]),
+                   st.integers(0, 10**6))  # fmt: skip
+
+
+def _logits(seed: int, masked: int, scale: float) -> np.ndarray:
+    row = np.random.default_rng(seed).standard_normal(VOCAB) * scale
+    row = np.clip(row, -3.4e38, 3.4e38).astype(np.float32)  # finite float32 logits
+    row[np.random.default_rng(seed + 1).choice(VOCAB, size=masked, replace=False)] = -np.inf
+    return row
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    temperature=temperatures,
+    top_k=top_ks,
+    top_p=top_ps,
+    seed=st.integers(0, 2**32),
+    masked=st.integers(0, VOCAB - 1),
+    scale=st.sampled_from([1e-30, 1.0, 30.0, 1e30, 3e38]),
+)
+def test_pick_is_safe_for_every_accepted_setting(temperature, top_k, top_p, seed, masked, scale):
+    logits = _logits(seed, masked, scale)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy overflow / invalid-value warning either
+        token = pick(logits, do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p,
+                     rng=np.random.default_rng(seed))  # fmt: skip
+    assert 0 <= token < VOCAB
+    assert np.isfinite(logits[token]), "a masked (-inf) token was drawn"
+    if top_k:
+        assert logits[token] >= np.sort(logits)[-min(top_k, VOCAB)]
+
+
+def test_a_subnormal_temperature_is_greedy():
+    logits = _logits(3, 10, 4.0)
+    rng = np.random.default_rng(0)
+    for t in (5e-324, 1e-310, 1e-300):
+        assert {pick(logits, do_sample=True, temperature=t, rng=rng) for _ in range(50)} == {
+            int(np.argmax(logits))
+        }
+
+
+def test_a_huge_temperature_is_close_to_uniform():
+    logits = _logits(4, 0, 10.0)
+    rng = np.random.default_rng(0)
+    drawn = np.bincount(
+        [pick(logits, do_sample=True, temperature=1e300, rng=rng) for _ in range(6400)],
+        minlength=VOCAB,
+    )
+    assert drawn.min() > 40 and drawn.max() < 170  # 100 each expected
+
+
+def test_pick_refuses_what_it_cannot_sample():
+    row = np.zeros(4, dtype=np.float32)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+            pick(row, do_sample=True, temperature=bad)
+    with pytest.raises(ValueError, match="maximum is nan"):
+        pick(np.full(4, np.nan, dtype=np.float32), do_sample=True)
+
+
+def test_the_cli_sampler_takes_a_subnormal_temperature():
+    sampler = Sampler(True, 1e-310, 0, 1.0, seed=1)
+    logits = _logits(5, 3, 2.0)
+    assert sampler.pick(logits) == int(np.argmax(logits))
+
+
+# ---------------------------------------------------------------- the batched step
+
+
+def _collect(engine: Engine, prompt: list[int], sampling: Sampling, sink_fails: bool = False):
+    """Queue ``prompt``; its events land in the box. ``sink_fails``: the sink raises on the
+    request's third text delta (a client gone mid-stream, inside a batched step)."""
+    done = threading.Event()
+    box: dict[str, object] = {"text": "", "deltas": 0}
+
+    def sink(kind: str, data: object) -> None:
+        if kind == "delta":
+            box["deltas"] = int(box["deltas"]) + 1
+            if sink_fails and box["deltas"] == 3:
+                raise BrokenPipeError("the client went away")
+            box["text"] = str(box["text"]) + str(data)
+        else:
+            box[kind] = data
+            done.set()
+
+    ids = np.asarray([prompt], dtype=np.int64)
+    engine.submit({"input_ids": ids}, sampling, sink)
+    return box, done
+
+
+def _serve(pipeline, requests, max_batch):
+    """Run ``requests`` ((prompt, Sampling, sink_fails)) queued together in one engine."""
+    engine = Engine(pipeline, max_batch=max_batch)
+    engine.stops = set()
+    runs = [_collect(engine, p, s, f) for p, s, f in requests]  # all queued before start
+    engine.start()
+    try:
+        for _, done in runs:
+            assert done.wait(120)
+    finally:
+        engine.stop()
+    assert engine.peak_batch == min(max_batch, len(requests))
+    return [box for box, _ in runs]
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_gqa_package):
+    from mobius_runtime import Pipeline
+
+    return Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
+
+
+PROMPTS = [[2, *np.random.default_rng(i).integers(7, 500, size=n).tolist()]
+           for i, n in enumerate([5, 9, 3, 12, 7, 4])]  # fmt: skip
+
+
+def test_random_sampling_rows_leave_the_other_rows_unchanged(pipeline):
+    """Fuzz: per row a random sampling setting (edges drawn often); every row answers,
+    each exactly as it answers alone (a sampled row with its seed too)."""
+    rng = np.random.default_rng(2026)
+    edges_t = [0.0, 1e-310, 5e-324, 1e-30, 2.0]
+    edges_p = [5e-324, 1e-300, 1.0, 0.5]
+    for round_ in range(3):
+        requests = []
+        for prompt in PROMPTS:
+            temperature = float(rng.choice(edges_t)) if rng.random() < 0.6 else rng.uniform(0, 2)
+            top_p = float(rng.choice(edges_p)) if rng.random() < 0.5 else rng.uniform(1e-6, 1)
+            sampling = Sampling(max_tokens=6, temperature=temperature, top_p=top_p,
+                                seed=int(rng.integers(0, 2**63)))  # fmt: skip
+            requests.append((prompt, sampling, False))
+        together = _serve(pipeline, requests, max_batch=len(requests))
+        for (prompt, sampling, _), box in zip(requests, together):
+            assert "error" not in box, (round_, sampling, box["error"])
+            alone = _serve(pipeline, [(prompt, sampling, False)], max_batch=1)[0]
+            assert box["done"].text == alone["done"].text, (round_, sampling)
+            assert box["done"].completion_tokens == 6
+
+
+def test_a_subnormal_temperature_row_answers_greedily_beside_greedy_rows(pipeline):
+    requests = [(p, Sampling(max_tokens=6), False) for p in PROMPTS[:3]]
+    requests.insert(1, (PROMPTS[3], Sampling(max_tokens=6, temperature=1e-310), False))
+    boxes = _serve(pipeline, requests, max_batch=4)
+    for (prompt, _, _), box in zip(requests, boxes):
+        want = pipeline.generate(input_ids=prompt, max_new_tokens=6, stop_ids=())
+        assert box["done"].text == want.text
+
+
+def test_a_failing_row_ends_only_its_request(pipeline, monkeypatch):
+    """In a batched decode step, one row whose pick raises and one whose client sink
+    raises: both end with their own error; the other rows answer as alone."""
+    import mobius_runtime.engine as engine_module
+
+    real_pick, calls = engine_module.pick, []
+
+    def picky(logits, **kwargs):
+        if kwargs.get("temperature") == 0.625:
+            calls.append(1)
+            if len(calls) == 3:  # its third token: a decode step of the whole batch
+                raise FloatingPointError("a sampler bug in one row")
+        return real_pick(logits, **kwargs)
+
+    monkeypatch.setattr(engine_module, "pick", picky)
+    requests = [
+        (PROMPTS[0], Sampling(max_tokens=6), False),
+        (PROMPTS[1], Sampling(max_tokens=6, temperature=0.625, seed=1), False),
+        (PROMPTS[2], Sampling(max_tokens=6), True),
+        (PROMPTS[4], Sampling(max_tokens=6), False),
+    ]
+    boxes = _serve(pipeline, requests, max_batch=4)
+    assert "a sampler bug in one row" in str(boxes[1]["error"]) and "done" not in boxes[1]
+    assert "the client went away" in str(boxes[2]["error"]) and "done" not in boxes[2]
+    for i in (0, 3):
+        want = pipeline.generate(input_ids=requests[i][0], max_new_tokens=6, stop_ids=())
+        assert boxes[i]["done"].text == want.text
+
+
+# ---------------------------------------------------------------- over HTTP
+
+
+def test_a_subnormal_temperature_request_over_http_fails_no_one(pipeline):
+    """Eight concurrent chat requests, one at temperature 1e-310: every one answers 200;
+    afterwards /health and a normal request answer as before."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("openai")
+    from servekit import running
+
+    def body(temperature, i):
+        return {"model": "tiny", "messages": [{"role": "user", "content": f"hi {i}"}],
+                "max_tokens": 8, "temperature": temperature}  # fmt: skip
+
+    with running(pipeline) as server:
+        before = httpx.post(server.url + "/v1/chat/completions", json=body(0, 0), timeout=60)
+        assert before.status_code == 200
+        answers: dict[int, httpx.Response] = {}
+
+        def send(i: int) -> None:
+            t = 1e-310 if i == 3 else 0
+            answers[i] = httpx.post(server.url + "/v1/chat/completions", json=body(t, i),
+                                    timeout=60)  # fmt: skip
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        assert sorted(answers) == list(range(8))
+        for i, answer in answers.items():
+            assert answer.status_code == 200, (i, answer.text)
+        greedy_3 = httpx.post(server.url + "/v1/chat/completions", json=body(0, 3), timeout=60)
+        assert (
+            answers[3].json()["choices"][0]["message"]["content"]
+            == greedy_3.json()["choices"][0]["message"]["content"]
+        )
+        assert httpx.get(server.url + "/health", timeout=10).json()["status"] == "ok"
+        after = httpx.post(server.url + "/v1/chat/completions", json=body(0, 0), timeout=60)
+        assert after.json()["choices"] == before.json()["choices"]
+
+
+def test_mobius_run_samples_at_a_subnormal_temperature(tiny_gqa_package):
+    import typer
+    from typer.testing import CliRunner
+
+    from mobius_runtime import plugin
+
+    app = typer.Typer()
+    plugin.mobius_add_commands(app)
+    app.command("noop", hidden=True)(lambda: None)
+    args = ["run", str(tiny_gqa_package), "--prompt", "Hello", "--max-new-tokens", "4",
+            "--json", "--device", "cpu"]  # fmt: skip
+    greedy = CliRunner().invoke(app, args)
+    assert greedy.exit_code == 0, greedy.output
+    result = CliRunner().invoke(app, [*args, "--sample", "--temperature", "1e-310", "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    ids = json.loads(result.stdout.strip().splitlines()[-1])["ids"]
+    assert ids == json.loads(greedy.stdout.strip().splitlines()[-1])["ids"]
