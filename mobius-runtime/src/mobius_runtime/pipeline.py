@@ -32,6 +32,8 @@ from mobius_runtime.text import TOKENIZER_FILE, TextSide, as_ids, context_length
 
 log = logging.getLogger("mobius_runtime")
 
+NORMALIZE_SLACK = 3  # how many times Unicode normalization can shrink text's UTF-8 bytes
+
 
 @dataclass
 class GenerationResult:
@@ -424,11 +426,38 @@ class Pipeline:
         caller.update(image_inputs)
         caller.update(audio_inputs)
         if text is not None:
+            self.check_prompt_bytes(text)
             ids = as_ids(self.text.encode(text, image_tokens, audio_tokens))
         else:
             ids = as_ids(input_ids)
         self.check_prompt_ids(ids, sum(image_tokens), sum(audio_tokens))
         return ids, caller
+
+    def check_prompt_bytes(self, text: str) -> None:
+        """Refuse, before tokenizing, a text that cannot fit the context whatever its tokens.
+
+        ``n`` tokens cover at most ``n * max_token_bytes`` bytes of normalized text (see
+        :attr:`TextSide.max_token_bytes`), and Unicode normalization (NFC, NFKC) shrinks
+        text at most ``NORMALIZE_SLACK`` times (three decomposed jamo compose to one
+        syllable), so a text longer than ``NORMALIZE_SLACK * max_token_bytes *
+        context_length`` bytes certainly has too many tokens. (This assumes the
+        tokenizer's normalizer does not delete text, as Gemma's and Qwen's do not.)
+        Tokenizing megabytes costs far more memory than the text itself.
+        """
+        limit = self.context_length
+        if limit is None or not (self.root / TOKENIZER_FILE).is_file():
+            return
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size <= limit:  # fewer bytes than positions: no need to read the vocabulary
+            return
+        most = NORMALIZE_SLACK * self.text.max_token_bytes * limit
+        if size > most:
+            raise RequestError(
+                f"the prompt is {size} bytes, more than the {limit} positions of the model "
+                f"can hold in any tokenization (at most {most} bytes)",
+                where="prompt",
+                fix=f"shorten the prompt below {limit} tokens",
+            )
 
     def check_prompt_ids(self, ids: np.ndarray, image_soft: int, audio_soft: int) -> None:
         """Ids in the vocabulary, placeholders matching the media, within the context."""

@@ -112,6 +112,7 @@ class TextSide:
         self._processors: tuple[Processors, bool] | None = None
         self._chat: tuple[ChatTemplate | None] | None = None
         self._special: dict[str, str] | None = None
+        self._max_token_bytes: int | None = None
 
     @property
     def processors(self) -> Processors:
@@ -146,6 +147,20 @@ class TextSide:
                     fix="rebuild the package from a checkpoint with a valid tokenizer.json",
                 ) from exc
         return self._tokenizer
+
+    @property
+    def max_token_bytes(self) -> int:
+        """UTF-8 bytes of the longest token string in the vocabulary (added tokens too).
+
+        Token strings spell what a token covers, never shorter: SentencePiece's ``▁``
+        (3 bytes) and byte-level BPE's stand-in characters (1-2 bytes) each stand for one
+        input byte, ``<0xAB>`` for one. So ``n`` tokens cover at most
+        ``n * max_token_bytes`` bytes of normalized text. Computed once.
+        """
+        if self._max_token_bytes is None:
+            vocab = self.tokenizer.get_vocab(with_added_tokens=True)
+            self._max_token_bytes = max((len(t.encode("utf-8")) for t in vocab), default=1)
+        return self._max_token_bytes
 
     def media_inputs(
         self, kind: str, items: Sequence[Any], modalities: set[str]
@@ -288,7 +303,17 @@ class TextSide:
 
 def as_ids(input_ids: Any) -> np.ndarray:
     """Caller ids as int64 [1, S]."""
-    ids = np.asarray(input_ids, dtype=np.int64)
+    try:
+        ids = np.asarray(input_ids, dtype=np.int64)
+    except OverflowError:  # an id beyond int64 (2**63, 10**30): no vocabulary has it
+        flat = list(np.asarray(input_ids, dtype=object).reshape(-1))
+        position, bad = next((i, x) for i, x in enumerate(flat) if not -(2**63) <= int(x) < 2**63)
+        raise RequestError(
+            f"token id {bad} at position {position} is outside the vocabulary "
+            "(it does not even fit in 64 bits)",
+            where="input_ids",
+            fix="pass ids the package's tokenizer produces",
+        ) from None
     if ids.ndim == 1:
         ids = ids[None, :]
     if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
