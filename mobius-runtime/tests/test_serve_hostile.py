@@ -214,6 +214,7 @@ def test_a_body_over_the_limit_is_a_413_before_parsing(pipeline):
         r = httpx.post(srv.url + "/v1/completions", content=chunks(), timeout=30)
         error = _error(r, 413)
         assert "over 1048576 bytes, over this server's 1 MB" in error["message"]
+        assert error["code"] == "request_too_large"
         assert _normal(srv.url) == before
 
 

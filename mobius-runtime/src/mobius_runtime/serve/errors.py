@@ -81,7 +81,8 @@ def install(app: Any) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http(_: Request, exc: HTTPException) -> JSONResponse:
-        return ApiError(exc.status_code, str(exc.detail)).response()
+        code = "request_too_large" if exc.status_code == 413 else None
+        return ApiError(exc.status_code, str(exc.detail), None, code).response()
 
     app.add_middleware(_CatchAll)
 
