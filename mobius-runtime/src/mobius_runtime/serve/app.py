@@ -55,6 +55,7 @@ class Settings:
         *,
         allow_private_media: bool = False,
         max_request_mb: float = DEFAULT_MAX_REQUEST_MB,
+        literal_special: bool = True,
     ) -> None:
         self.engine = engine
         self.pipeline = engine.pipeline
@@ -63,6 +64,8 @@ class Settings:
         self.api_key = None if api_key is None else api_key.encode("utf-8")
         self.media = media.Policy(allow_remote_media, allow_private_media)
         self.max_request_bytes = int(max_request_mb * 1024 * 1024)
+        # special markers a client types in messages are plain text, not control tokens
+        self.literal_special = literal_special
         self.created = int(time.time())
         self.open: set[asyncio.Queue[tuple[str, Any]]] = set()  # the open requests' events
 
@@ -236,7 +239,7 @@ async def _hf_messages(
 
 
 def _chat_inputs(settings: Settings, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    return settings.pipeline.encode_messages(messages)
+    return settings.pipeline.encode_messages(messages, settings.literal_special)
 
 
 def _prompt_inputs(settings: Settings, prompt: str | list[int]) -> dict[str, Any]:

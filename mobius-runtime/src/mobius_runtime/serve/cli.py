@@ -69,6 +69,14 @@ def serve(
         float,
         typer.Option("--max-request-mb", min=0.001, help="Largest request body (MB); 413 above."),
     ] = 8.0,
+    literal_special: Annotated[
+        bool,
+        typer.Option(
+            "--literal-special-in-content/--special-in-content",
+            help="Special markers typed in messages (<|turn>, <|im_start|> ...) are plain "
+            "text, so a client cannot forge a turn (the default); or control tokens, as HF.",
+        ),
+    ] = True,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Serve PACKAGE over the OpenAI HTTP API (chat, completions, streaming, batching)."""
@@ -87,6 +95,7 @@ def serve(
                 "allow_remote_media": allow_remote_media,
                 "allow_private_media": allow_private_media,
                 "max_request_mb": max_request_mb,
+                "literal_special": literal_special,
             },
         )
     except MobiusError as exc:
