@@ -464,7 +464,9 @@ class Pipeline:
         Tokenizing megabytes costs far more memory than the text itself.
         """
         limit = self.context_length
-        if limit is None or not (self.root / TOKENIZER_FILE).is_file():
+        if limit is None or not isinstance(text, str):  # encode() names a wrong type
+            return
+        if not (self.root / TOKENIZER_FILE).is_file():
             return
         size = len(text.encode("utf-8", "surrogatepass"))
         if size <= limit:  # fewer bytes than positions: no need to read the vocabulary
