@@ -24,19 +24,6 @@ IDS = [[2, *np.random.default_rng(i).integers(7, 500, size=n).tolist()] for i, n
 NEW = 12
 
 
-@pytest.fixture(scope="module")
-def pipeline(tiny_gqa_package):
-    from mobius_runtime import Pipeline
-
-    return Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
-
-
-@pytest.fixture(scope="module")
-def server(pipeline):
-    with running(pipeline) as srv:
-        yield srv
-
-
 def test_models_and_health(server):
     client = server.client()
     assert [m.id for m in client.models.list().data] == ["tiny"]

@@ -166,21 +166,8 @@ def test_sigterm_answers_every_open_request_with_its_503(tiny_gqa_package, tmp_p
 
     readers = [threading.Thread(target=stream, args=(i,)) for i in range(6)]
     readers += [threading.Thread(target=whole, args=(i,)) for i in range(2)]
-    try:
-        for t in readers:
-            t.start()
-        deadline = time.monotonic() + 60
-        while min(len(s) for s in streams) < 3 or proc_active(url) < 8:
-            assert time.monotonic() < deadline, "the requests did not all start"
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0, "".join(lines[-20:])
-        for t in readers:
-            t.join(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    started = lambda: min(len(s) for s in streams) >= 3 and _active(url) == 8  # noqa: E731
+    _signal_when_started(proc, lines, readers, started, signal.SIGTERM)
     assert not failures, failures
     for lines_of_one in streams:
         assert lines_of_one[-1] == "data: [DONE]", lines_of_one[-3:]
@@ -193,12 +180,31 @@ def test_sigterm_answers_every_open_request_with_its_503(tiny_gqa_package, tmp_p
         assert r.json()["error"]["code"] == "shutting_down"
 
 
-def proc_active(url: str) -> int:
+def _active(url: str) -> int:
     """Requests the server is decoding now (its /health)."""
     try:
         return httpx.get(url + "/health", timeout=5).json()["active"]
     except httpx.HTTPError:
         return 0
+
+
+def _signal_when_started(proc, lines, clients, started, sig) -> None:
+    """Start ``clients``, send ``sig`` once ``started()``; the server must exit 0."""
+    try:
+        for c in clients:
+            c.start()
+        deadline = time.monotonic() + 60
+        while not started():
+            assert time.monotonic() < deadline, "the requests did not start"
+            time.sleep(0.005)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == 0, "".join(lines[-20:])
+        for c in clients:
+            c.join(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_a_signal_during_long_prefills_exits_0(tiny_gqa_package, tmp_path):
@@ -219,20 +225,7 @@ def test_a_signal_during_long_prefills_exits_0(tiny_gqa_package, tmp_path):
             statuses.append(0)
 
     clients = [threading.Thread(target=ask) for _ in range(4)]
-    try:
-        for c in clients:
-            c.start()
-        deadline = time.monotonic() + 30
-        while not any("prompt_tokens=" in line for line in lines) and proc_active(url) == 0:
-            assert time.monotonic() < deadline, "no request reached the engine"
-            time.sleep(0.005)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0, "".join(lines[-20:])
-        for c in clients:
-            c.join(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    reached = lambda: any("prompt_tokens=" in x for x in lines) or _active(url) > 0  # noqa: E731
+    _signal_when_started(proc, lines, clients, reached, signal.SIGINT)
     assert "terminate called" not in "".join(lines)
     assert len(statuses) == 4 and set(statuses) <= {200, 503}, statuses
