@@ -188,9 +188,13 @@ class TextSide:
         markers = self.markers if (self.root / TOKENIZER_FILE).is_file() else None
         if markers is None:
             return conversation, {}
-        strings: list[str] = []
-        _walk(conversation.messages, lambda text: strings.append(text) or text)
-        used = set(_PLANE_15.findall("".join(strings)))
+        used: set[str] = set()
+
+        def note(text: str) -> str:  # the stand-ins must not be characters a message holds
+            used.update(_PLANE_15.findall(text))
+            return text
+
+        _walk(conversation.messages, note)
         free = (chr(c) for c in range(0xF0000, 0xFFFFE) if chr(c) not in used)
         hidden: dict[str, str] = {}  # marker → its stand-in
 

@@ -203,7 +203,6 @@ def _bind(host: str, port: int) -> socket.socket:
             where="--host / --port",
             fix="choose a free --port (0 picks one) or stop what holds this one",
         ) from None
-    sock.set_inheritable(True)
     return sock
 
 
