@@ -27,8 +27,8 @@ from mobius_runtime.errors import RequestError
 TINY = Path(__file__).resolve().parents[2] / "testdata" / "tiny-gemma4"
 
 # each branch is hostile only for the message whose content names it, so the package
-# (doubling may meet its memory or, on a loaded machine, its time budget first)
 # loads (its template renders one "Hello" in budget) and the request itself is refused
+# (doubling may meet its memory or, on a loaded machine, its time budget first)
 CASES = {
     "loop": ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
              "did not finish within 2 s"),
