@@ -209,7 +209,7 @@ def test_the_server_stays_healthy_while_hostile_templates_render(hostile):
         for _ in range(3):  # while they render, the server answers at once
             start = time.monotonic()
             health = httpx.get(server.url + "/health", timeout=5)
-            assert health.status_code == 200 and time.monotonic() - start < 1.0
+            assert health.status_code == 200 and time.monotonic() - start < 2.0
             time.sleep(0.2)
         for t in threads:
             t.join(60)
