@@ -9,10 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from mobius import hookimpl
-from mobius.errors import BuildError
+from mobius.lm.runtime import check_component, runtime_files, text_processors
 from mobius.records import BuildOptions, ModelTypeInfo
-
-COMPONENT = "model"
 
 
 @hookimpl
@@ -47,20 +45,11 @@ def mobius_pipeline_contract(config, options: BuildOptions):
     return pipeline_contract(config, options)
 
 
-def _check_component(config, component: str, hook: str) -> None:
-    if component != COMPONENT:
-        raise BuildError(
-            f"{config.model_type} has no component {component!r}",
-            where=f"mobius_qwen3.plugin.{hook}",
-            fix="a Qwen3 package has one component, 'model'",
-        )
-
-
 @hookimpl
 def mobius_build_component(config, component: str, options: BuildOptions):
     from mobius_qwen3.model import build_model
 
-    _check_component(config, component, "mobius_build_component")
+    check_component(config, component, "mobius_qwen3.plugin.mobius_build_component", "Qwen3")
     return build_model(config, options.dtype, options.target)
 
 
@@ -68,19 +57,18 @@ def mobius_build_component(config, component: str, options: BuildOptions):
 def mobius_weight_plan(config, component: str, checkpoint, options: BuildOptions):
     from mobius_qwen3.weights import weight_plan
 
-    _check_component(config, component, "mobius_weight_plan")
+    check_component(config, component, "mobius_qwen3.plugin.mobius_weight_plan", "Qwen3")
     return weight_plan(config, checkpoint, options.port_dtype)
 
 
 @hookimpl
 def mobius_processors(config):
-    from mobius_qwen3.processors import processors
+    from mobius_qwen3.processors import format_chat_prompt
 
-    return processors(config)
+    return text_processors(config, format_chat_prompt)
 
 
 @hookimpl
 def mobius_runtime_files(config, contract, checkpoint, options: BuildOptions):
-    from mobius_qwen3.runtime_files import runtime_files
-
-    return runtime_files(config, checkpoint, options)
+    # genai_config.json; tokenizer files and the chat template: core copies them
+    return runtime_files(config, checkpoint, "qwen3")
