@@ -105,7 +105,8 @@ def read_decoder(
     ``intermediate_size``, ``num_hidden_layers``, ``num_attention_heads`` and optionally
     ``num_key_value_heads`` (else = heads), ``head_dim`` (else ``hidden // heads``),
     ``max_position_embeddings`` (32768), ``rms_norm_eps`` (1e-6), ``hidden_act``
-    ("silu"), ``tie_word_embeddings`` (False). ``family`` names the model in errors.
+    ("silu"), ``tie_word_embeddings`` (False), ``bos_token_id`` (None), ``eos_token_id``
+    (``()``: a tuple). ``family`` names the model in errors.
     ``bias_keys``: which of ``attention_bias`` / ``mlp_bias`` the family's HF class reads
     (the others are False whatever config.json says).
     """
@@ -169,11 +170,14 @@ def read_decoder(
         },
         "rope": read_rope(raw, where, max_positions, family=family, rope_types=rope_types),
         "pad_token_id": cf.optional_int(raw, "pad_token_id", where, maximum=cf.MAX_TOKEN_ID),
-        "bos_token_id": cf.optional_int(raw, "bos_token_id", where, maximum=cf.MAX_TOKEN_ID),
-        "eos_token_id": cf.int_list(
-            raw, "eos_token_id", where, maximum=cf.MAX_TOKEN_ID, scalar=True
+        "bos_token_id": cf.optional_int(raw, "bos_token_id", where, maximum=cf.MAX_TOKEN_ID)
+        if "bos_token_id" in raw
+        else d.get("bos_token_id"),
+        "eos_token_id": tuple(
+            cf.int_list(raw, "eos_token_id", where, maximum=cf.MAX_TOKEN_ID, scalar=True) or ()
         )
-        or (),
+        if "eos_token_id" in raw
+        else tuple(d.get("eos_token_id", ())),
         "raw": raw,
     }
 
