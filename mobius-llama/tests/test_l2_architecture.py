@@ -7,16 +7,13 @@ written by ``data/make_l2_expected.py``; only the ``reference`` test below impor
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 from conftest import TESTDATA
 
-from mobius.contract import validate
-from mobius.records import BuildOptions
 from mobius_llama import plugin
-from mobius_testing.lm_parity import graph_parameters, hf_meta_counts, kv_geometry
+from mobius_testing.lm_parity import assert_graph_only, hf_meta_counts
 
 pytestmark = pytest.mark.l2
 
@@ -27,18 +24,7 @@ EXPECTED = json.loads((Path(__file__).parent / "data" / "l2_expected.json").read
 @pytest.mark.parametrize("target", ["default", "cuda"])
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_full_size_graph_only(name, target):
-    raw = json.loads((CONFIGS / name).read_text())
-    config = plugin.mobius_read_config(raw["model_type"], raw)
-    options = BuildOptions(dtype="bf16", target=target)
-    start = time.perf_counter()
-    model = plugin.mobius_build_component(config, "model", options)
-    seconds = time.perf_counter() - start
-    params = graph_parameters(model)
-    print(f"\n[L2] {name} target={target}: {params:,} parameters, built in {seconds:.1f} s")
-    assert seconds < 60
-    assert params == EXPECTED[name]["params"]
-    assert kv_geometry(model) == EXPECTED[name]["cache_geometry"]
-    validate(plugin.mobius_pipeline_contract(config, options), {"model": model})
+    assert_graph_only(plugin, CONFIGS / name, target, EXPECTED[name])
 
 
 def test_real_configs_read_as_published():

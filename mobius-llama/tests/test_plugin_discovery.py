@@ -6,24 +6,11 @@ installed ``mobius`` entry points exactly as an uninstall would.
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from typer.testing import CliRunner
 
-from mobius.cli import app
 from mobius.errors import ConfigError
 from mobius.plugins import PluginHost
-
-
-def _listed(monkeypatch, allow: str | None) -> dict[str, dict]:
-    if allow is None:
-        monkeypatch.delenv("MOBIUS_PLUGINS", raising=False)
-    else:
-        monkeypatch.setenv("MOBIUS_PLUGINS", allow)
-    result = CliRunner().invoke(app, ["plugins", "--json"])
-    assert result.exit_code == 0, result.output
-    return {r["name"]: r for r in json.loads(result.output)}
+from mobius_testing.lm_parity import plugins_listed
 
 
 def test_llama_entry_point_is_installed():
@@ -34,7 +21,7 @@ def test_llama_entry_point_is_installed():
 
 
 def test_only_llama_lists_only_llama(monkeypatch):
-    rows = _listed(monkeypatch, "llama,runtime")
+    rows = plugins_listed(monkeypatch, "llama,runtime")
     families = {n for n, r in rows.items() if r["model_types"]}
     assert families == {"llama"}
     assert rows["llama"]["status"] == "ok" and rows["llama"]["distribution"] == "mobius-llama"
@@ -42,7 +29,7 @@ def test_only_llama_lists_only_llama(monkeypatch):
 
 
 def test_every_installed_family_loads_beside_llama(monkeypatch):
-    rows = _listed(monkeypatch, None)
+    rows = plugins_listed(monkeypatch, None)
     families = {n for n, r in rows.items() if r["model_types"]}
     assert "llama" in families
     assert all(rows[f]["status"] == "ok" for f in families)

@@ -8,7 +8,6 @@ Writes l2_expected.json next to this file (counts on the meta device,
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -17,12 +16,9 @@ NAMES = ("Llama-3.2-1B.json", "Llama-3.1-8B.json", "Mistral-7B-v0.3.json")
 
 
 def main() -> None:
-    from mobius_testing.lm_parity import hf_meta_counts
+    from mobius_testing.lm_parity import write_expectations
 
-    out = {name: hf_meta_counts(CONFIGS / name) for name in NAMES}
-    (HERE / "l2_expected.json").write_text(json.dumps(out, indent=1) + "\n")
-    for name, e in out.items():
-        print(f"{name}: {e['params']:,} parameters")
+    write_expectations(CONFIGS, NAMES, HERE / "l2_expected.json")
 
 
 if __name__ == "__main__":

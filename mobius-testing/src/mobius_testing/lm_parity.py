@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,36 @@ def parity_ids(max_id: int, *, low: int = 3, seed: int = SEED) -> np.ndarray:
     return rng.integers(low, max_id, size=(1, PREFILL + DECODE), dtype=np.int64)
 
 
+def family_fixtures(
+    family: str,
+    folder: Path,
+    specs: Mapping[str, Mapping[str, Any]],
+    max_prompt_id: int,
+    make: Callable[[str, Mapping[str, Any], Path], CheckpointPair] | None = None,
+):
+    """A family conftest's ``(pytest_collection_modifyitems, parity_ids, reference_cache)``:
+    the ``family(family)`` marker hook for the tests under ``folder``, the session's prompt
+    ids (:func:`parity_ids`) and a session :class:`ReferenceCache` of ``specs`` (skipped
+    without torch / transformers). Assign the three to those names in the conftest."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def hook(config: pytest.Config, items: list[pytest.Item]) -> None:
+        mark_family(items, folder, family)
+
+    @pytest.fixture(scope="session", name="parity_ids")
+    def ids() -> np.ndarray:
+        return parity_ids(max_prompt_id)
+
+    @pytest.fixture(scope="session", name="reference_cache")
+    def cache(tmp_path_factory: pytest.TempPathFactory) -> ReferenceCache:
+        pytest.importorskip("torch")
+        pytest.importorskip("transformers")
+        root = tmp_path_factory.mktemp(f"{family}-l3")
+        return ReferenceCache(root, specs, make or make_checkpoint)
+
+    return hook, ids, cache
+
+
 def mark_family(items: list[pytest.Item], folder: Path, family: str) -> None:
     """Mark every item under ``folder`` ``family(family)`` unless it has a family marker
     (call it from a ``tryfirst`` ``pytest_collection_modifyitems`` of the family's conftest,
@@ -65,8 +95,21 @@ class CheckpointPair:
     hub: Path
 
 
-def make_checkpoint(name: str, raw: Mapping[str, Any], root: Path, seed: int = 0) -> CheckpointPair:
-    """A seeded random ``AutoModelForCausalLM`` of hub-style config ``raw``, written twice."""
+def make_checkpoint(
+    name: str,
+    raw: Mapping[str, Any],
+    root: Path,
+    seed: int = 0,
+    *,
+    adjust: Callable[[Any], None] | None = None,
+    hub_tensors: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> CheckpointPair:
+    """A seeded random ``AutoModelForCausalLM`` of hub-style config ``raw``, written twice.
+
+    ``adjust(model)`` runs (under ``no_grad``) after the perturbation, e.g. to sharpen a
+    router; ``hub_tensors`` maps the saved tensors to those of ``hub/`` (another accepted
+    layout), else ``hub/`` holds the same file.
+    """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -80,10 +123,18 @@ def make_checkpoint(name: str, raw: Mapping[str, Any], root: Path, seed: int = 0
             flat = p.detach().reshape(-1)
             if flat.numel() and bool((flat == flat[0]).all()):
                 p.add_(torch.randn(p.shape, generator=generator) * 0.1)
+        if adjust is not None:
+            adjust(model)
     saved, hub = root / "saved", root / "hub"
     model.save_pretrained(saved)
     hub.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(saved / "model.safetensors", hub / "model.safetensors")
+    if hub_tensors is None:
+        shutil.copyfile(saved / "model.safetensors", hub / "model.safetensors")
+    else:
+        from safetensors.torch import load_file, save_file
+
+        tensors = hub_tensors(load_file(saved / "model.safetensors"))
+        save_file(tensors, hub / "model.safetensors", metadata={"format": "pt"})
     (hub / "config.json").write_text(json.dumps(dict(raw), indent=2) + "\n")
     return CheckpointPair(name, raw["model_type"], saved, hub)
 
@@ -240,15 +291,38 @@ def assert_greedy(cache: ReferenceCache, ids: np.ndarray, name: str, target: str
     assert got == want
 
 
-def assert_f16_top1(cache: ReferenceCache, ids: np.ndarray, name: str, target: str) -> None:
-    """f16 package: finite logits, tie-aware top-1 100 % (tie: :data:`F16_TIE`)."""
+def assert_f16_top1(
+    cache: ReferenceCache,
+    ids: np.ndarray,
+    name: str,
+    target: str,
+    excusable: np.ndarray | None = None,
+    max_excused: float = 0.05,
+) -> None:
+    """f16 package: finite logits, tie-aware top-1 100 % (tie: :data:`F16_TIE`).
+
+    ``excusable`` (bool per position) marks positions whose reference itself is a near-tie
+    half precision may resolve otherwise (an MoE routing tie); a miss there is excused, at
+    most on ``max_excused`` of the positions.
+    """
     ref = hf_logits(cache.model(name), ids)
     got = step_logits(
         load_pipeline(cache.build(name, dtype="f16", target=target).out), ids, PREFILL
     )
     assert np.isfinite(got).all()
-    _, _, aware = report(f"{name} f16 target={target}", ref, got, F16_TIE)
-    assert aware == 1.0, f"{name} f16 {target}: tie-aware top-1 {aware:.1%}"
+    report(f"{name} f16 target={target}", ref, got, F16_TIE)
+    r, g = ref[0], got[0]
+    picked = r[np.arange(len(g)), g.argmax(-1)]
+    agree = (r.argmax(-1) == g.argmax(-1)) | (picked >= r.max(-1) - F16_TIE)
+    if excusable is not None:
+        excused = ~agree & excusable
+        print(
+            f"[L3] {name} f16 target={target}: {int(excusable.sum())} excusable position(s) "
+            f"{np.nonzero(excusable)[0].tolist()}; misses there: {np.nonzero(excused)[0].tolist()}"
+        )
+        assert excused.mean() <= max_excused, f"{name} f16: {int(excused.sum())} misses excused"
+        agree = agree | excusable
+    assert agree.all(), f"{name} f16 {target}: misses at {np.nonzero(~agree)[0].tolist()}"
 
 
 def assert_shapes_identical(cache: ReferenceCache, ids: np.ndarray, name: str) -> None:
@@ -295,3 +369,50 @@ def hf_meta_counts(config_file: Path) -> dict[str, Any]:
         "params": sum(p.numel() for p in model.parameters()),
         "cache_geometry": [[config.num_key_value_heads, head_dim]] * config.num_hidden_layers,
     }
+
+
+def write_expectations(configs: Path, names: Sequence[str], out: Path) -> None:
+    """Write ``{name: hf_meta_counts(configs / name)}`` to ``out`` (a family's one-off
+    ``make_l2_expected.py``) and print the counts."""
+    found = {name: hf_meta_counts(configs / name) for name in names}
+    out.write_text(json.dumps(found, indent=1) + "\n")
+    for name, e in found.items():
+        print(f"{name}: {e['params']:,} parameters")
+
+
+def assert_graph_only(plugin, config_file: Path, target: str, expected: Mapping[str, Any]) -> None:
+    """L2: the family ``plugin`` module's hooks build the real config graph-only (bf16, no
+    weights) with exactly ``expected``'s parameters and KV geometry, and the graph meets
+    the contract. The build time is printed, not judged."""
+    import time
+
+    from mobius.contract import validate
+    from mobius.records import BuildOptions
+
+    raw = json.loads(config_file.read_text())
+    config = plugin.mobius_read_config(raw["model_type"], raw)
+    options = BuildOptions(dtype="bf16", target=target)
+    start = time.perf_counter()
+    model = plugin.mobius_build_component(config, "model", options)
+    seconds = time.perf_counter() - start
+    params = graph_parameters(model)
+    print(f"\n[L2] {config_file.name} target={target}: {params:,} parameters, {seconds:.1f} s")
+    assert params == expected["params"]
+    assert kv_geometry(model) == expected["cache_geometry"]
+    validate(plugin.mobius_pipeline_contract(config, options), {"model": model})
+
+
+def plugins_listed(monkeypatch: pytest.MonkeyPatch, allow: str | None) -> dict[str, dict]:
+    """``mobius plugins --json`` by plugin name, with ``MOBIUS_PLUGINS`` set to ``allow``
+    (None: unset): what a family's install / uninstall changes for core."""
+    from typer.testing import CliRunner
+
+    from mobius.cli import app
+
+    if allow is None:
+        monkeypatch.delenv("MOBIUS_PLUGINS", raising=False)
+    else:
+        monkeypatch.setenv("MOBIUS_PLUGINS", allow)
+    result = CliRunner().invoke(app, ["plugins", "--json"])
+    assert result.exit_code == 0, result.output
+    return {r["name"]: r for r in json.loads(result.output)}
