@@ -142,3 +142,44 @@ def test_decoder_plan_matches_the_graph(tmp_path):
     headless = SimpleNamespace(tensors=names - {"lm_head.weight"}, root=tmp_path)
     with pytest.raises(WeightPlanError, match=r"no lm_head\.weight"):
         decoder_plan(untied, headless, "float32")
+
+
+def test_a_decoder_family_object_is_a_plugin(tmp_path):
+    """DecoderFamily registers through the host like a module of hooks, and a build of a
+    numpy checkpoint through it meets its contract (no other family code)."""
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    import numpy as np
+
+    import mobius
+    from mobius.lm.family import DecoderFamily
+    from mobius.plugins import PluginHost
+    from mobius.records import ModelTypeInfo
+
+    def read(model_type, raw):
+        return _cfg(raw)
+
+    family = DecoderFamily("Toy", [ModelTypeInfo("toy", tasks=("text-generation",))], read)
+    host = PluginHost.from_plugins({"toy": family}, builtins=True)
+    assert host.owner("toy") == "toy"
+    record = next(r for r in host.records() if r.name == "toy")
+    assert record.status == "ok" and record.model_types == ("toy",)
+    cfg = _cfg()
+    rng = np.random.default_rng(0)
+    from mobius.lm.decoder import build_decoder
+
+    model = build_decoder(cfg, "f32", family="toy")
+    tensors = {}
+    for name, value in model.graph.initializers.items():
+        if value.const_value is None:
+            shape = [int(d) for d in value.shape]
+            if name.endswith("_proj.weight"):  # HF stores [out, in]
+                shape = shape[::-1]
+            tensors[f"model.{name}"] = rng.standard_normal(shape).astype(np.float32)
+    tensors["lm_head.weight"] = rng.standard_normal((64, 32)).astype(np.float32)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    safetensors_numpy.save_file(tensors, str(ckpt / "model.safetensors"))
+    (ckpt / "config.json").write_text(json.dumps({"model_type": "toy", "eos_token_id": 2}))
+    result = mobius.build(str(ckpt), str(tmp_path / "pkg"), host=host)
+    genai = json.loads((result.out / "genai_config.json").read_text())
+    assert genai["model"]["type"] == "toy" and genai["model"]["eos_token_id"] == 2

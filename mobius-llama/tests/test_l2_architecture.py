@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import TESTDATA
 
-from mobius_llama import plugin
+from mobius_llama.plugin import FAMILY
 from mobius_testing.lm_parity import assert_graph_only, hf_meta_counts
 
 pytestmark = pytest.mark.l2
@@ -24,17 +24,17 @@ EXPECTED = json.loads((Path(__file__).parent / "data" / "l2_expected.json").read
 @pytest.mark.parametrize("target", ["default", "cuda"])
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_full_size_graph_only(name, target):
-    assert_graph_only(plugin, CONFIGS / name, target, EXPECTED[name])
+    assert_graph_only(FAMILY, CONFIGS / name, target, EXPECTED[name])
 
 
 def test_real_configs_read_as_published():
-    small = plugin.mobius_read_config(
+    small = FAMILY.mobius_read_config(
         "llama", json.loads((CONFIGS / "Llama-3.2-1B.json").read_text())
     )
     assert small.tie_word_embeddings and small.head_dim == 64
     assert small.rope.rope_type == "llama3" and small.rope.factor == 32.0
     assert small.rope.original_max_position_embeddings == 8192
-    mistral = plugin.mobius_read_config(
+    mistral = FAMILY.mobius_read_config(
         "mistral", json.loads((CONFIGS / "Mistral-7B-v0.3.json").read_text())
     )
     assert mistral.sliding_window is None and set(mistral.layer_types) == {"full_attention"}

@@ -126,9 +126,9 @@ def test_quant_needs_no_plugin_code(tmp_path, quant):
 def test_a_second_component_is_a_build_error():
     from mobius.errors import BuildError
     from mobius.records import BuildOptions
-    from mobius_llama import plugin
+    from mobius_llama.plugin import FAMILY
 
-    cfg = plugin.mobius_read_config("llama", {"num_hidden_layers": 1})
+    cfg = FAMILY.mobius_read_config("llama", {"num_hidden_layers": 1})
     with pytest.raises(BuildError) as err:
-        plugin.mobius_build_component(cfg, "vision_encoder", BuildOptions())
+        FAMILY.mobius_build_component(cfg, "vision_encoder", BuildOptions())
     assert "vision_encoder" in str(err.value) and err.value.fix

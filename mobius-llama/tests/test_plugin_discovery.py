@@ -17,7 +17,7 @@ def test_llama_entry_point_is_installed():
     from importlib.metadata import entry_points
 
     eps = {ep.name: ep.value for ep in entry_points(group="mobius")}
-    assert eps.get("llama") == "mobius_llama.plugin"
+    assert eps.get("llama") == "mobius_llama.plugin:FAMILY"
 
 
 def test_only_llama_lists_only_llama(monkeypatch):

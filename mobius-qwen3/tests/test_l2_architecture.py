@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import TESTDATA
 
-from mobius_qwen3 import plugin
+from mobius_qwen3.plugin import FAMILY
 from mobius_testing.lm_parity import assert_graph_only, hf_meta_counts
 
 pytestmark = pytest.mark.l2
@@ -28,7 +28,7 @@ EXPECTED = json.loads((Path(__file__).parent / "data" / "l2_expected.json").read
 @pytest.mark.parametrize("target", ["default", "cuda"])
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_full_size_graph_only(name, target):
-    assert_graph_only(plugin, CONFIGS / name, target, EXPECTED[name])
+    assert_graph_only(FAMILY, CONFIGS / name, target, EXPECTED[name])
 
 
 @pytest.mark.reference

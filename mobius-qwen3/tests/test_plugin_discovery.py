@@ -23,7 +23,7 @@ def test_qwen3_entry_point_is_installed():
     from importlib.metadata import entry_points
 
     eps = {ep.name: ep.value for ep in entry_points(group="mobius")}
-    assert eps.get("qwen3") == "mobius_qwen3.plugin"
+    assert eps.get("qwen3") == "mobius_qwen3.plugin:FAMILY"
 
 
 def test_only_qwen3_lists_only_qwen3(monkeypatch):

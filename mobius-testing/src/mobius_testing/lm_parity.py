@@ -381,7 +381,7 @@ def write_expectations(configs: Path, names: Sequence[str], out: Path) -> None:
 
 
 def assert_graph_only(plugin, config_file: Path, target: str, expected: Mapping[str, Any]) -> None:
-    """L2: the family ``plugin`` module's hooks build the real config graph-only (bf16, no
+    """L2: the family ``plugin``'s hooks (a module or a plugin object) build the real config graph-only (bf16, no
     weights) with exactly ``expected``'s parameters and KV geometry, and the graph meets
     the contract. The build time is printed, not judged."""
     import time

@@ -22,7 +22,10 @@ One signature each (docs/writing-a-plugin.md §7 shows a whole family on it):
 - runtime files (:mod:`mobius.lm.runtime`): ``stop_ids(config, generation_eos_ids, *extra)``,
   ``genai_config(config, genai_type, eos, filename=...)``, ``runtime_files(config,
   checkpoint, genai_type)``, ``text_processors(config, format_prompt, *, bos_token_id=None)``,
-  ``check_component(config, component, where, family)``.
+  ``check_component(config, component, where, family)``;
+- the plugin object (:mod:`mobius.lm.family`): ``DecoderFamily(name, model_types,
+  read_config, *, build=None, weight_plan=None, format_prompt=None, genai_types=None)``,
+  whose methods are the hooks (entry point ``name = "pkg.plugin:FAMILY"``).
 
 Import cost: :mod:`mobius.lm.decoder` and :mod:`mobius.lm.ports` import onnx_ir and
 onnxscript; a plugin module imports them inside its hook bodies.
