@@ -58,3 +58,24 @@ def test_specs_slide_inside_the_prompt(name):
     kinds = cfg.layer_types
     assert kinds.count("sliding_attention") >= 2 * kinds.count("full_attention") >= 2
     assert cfg.sliding_window < lp.PREFILL
+
+
+def test_bundled_tiny_gemma3_matches_hf(tmp_path, parity_ids):
+    """testdata/tiny-gemma3 (bf16 weights, untied, what ``tox -e genai`` builds): its f32
+    package matches HF's f32 model of the same files over prefill + cached steps, and
+    greedy ids agree."""
+    from conftest import TESTDATA
+
+    import mobius
+
+    source = TESTDATA / "tiny-gemma3"
+    model = lp.load_model(source)
+    package = mobius.build(str(source), str(tmp_path / "pkg")).out
+    pipeline = lp.load_pipeline(package)
+    ref = lp.hf_logits(model, parity_ids)
+    got = lp.step_logits(pipeline, parity_ids, lp.PREFILL)
+    delta, strict, _ = lp.report("tiny-gemma3 (bundled) f32", ref, got)
+    assert delta <= lp.F32_ATOL and strict == 1.0
+    prompt = parity_ids[:, : lp.PREFILL]
+    want = lp.hf_greedy(model, prompt, lp.DECODE)
+    assert pipeline.generate(input_ids=prompt, max_new_tokens=lp.DECODE, stop_ids=()).ids == want
