@@ -22,13 +22,18 @@ Deterministic: same versions, same bytes. The weights are random: text is gibber
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from make_tiny_checkpoint import VOCAB, foreign_out, make_tokenizer
+from make_tiny_checkpoint import (
+    VOCAB,
+    file_rows,
+    run_maker,
+    save_random_model,
+    write_text_tokenizer,
+)
 
 SEED = 4242
 SPECIAL = {
@@ -72,44 +77,23 @@ CHAT_TEMPLATE = (
 
 
 def make_model(out: Path) -> None:
-    import torch
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, GenerationConfig
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    torch.manual_seed(SEED)
-    gen = torch.Generator().manual_seed(SEED + 1)
-    model = Gemma3ForCausalLM(Gemma3TextConfig(**CONFIG)).eval()
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            flat = p.reshape(-1)
-            if bool((flat == flat[0]).all()):  # norm weights: zeros → N(0, 0.1)
-                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
-    model.generation_config = GenerationConfig(
-        bos_token_id=SPECIAL["<bos>"],
-        eos_token_id=[SPECIAL["<eos>"], SPECIAL["<end_of_turn>"]],
-        pad_token_id=SPECIAL["<pad>"],
-    )
-    model.to(torch.bfloat16).save_pretrained(out)
+    generation = {
+        "bos_token_id": SPECIAL["<bos>"],
+        "eos_token_id": [SPECIAL["<eos>"], SPECIAL["<end_of_turn>"]],
+        "pad_token_id": SPECIAL["<pad>"],
+    }
+    save_random_model(Gemma3ForCausalLM, Gemma3TextConfig(**CONFIG), SEED, generation, out)
 
 
 def write_tokenizer(out: Path) -> None:
-    make_tokenizer(SPECIAL).save(str(out / "tokenizer.json"))
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<bos>",
-        "eos_token": "<eos>",
-        "pad_token": "<pad>",
-        "unk_token": "<unk>",
-        "add_bos_token": False,
-        "add_eos_token": False,
-        "model_max_length": CONFIG["max_position_embeddings"],
-    }
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    tokens = {"bos": "<bos>", "eos": "<eos>", "pad": "<pad>", "unk": "<unk>"}
+    write_text_tokenizer(out, SPECIAL, tokens, CONFIG["max_position_embeddings"], CHAT_TEMPLATE)
 
 
 def write_readme(out: Path) -> None:
-    files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.name != "README.md"}
-    rows = "\n".join(f"| `{name}` | {size:,} |" for name, size in files.items())
+    rows = file_rows(out)
     specials = ", ".join(f"`{t}` = {i}" for t, i in SPECIAL.items())
     (out / "README.md").write_text(
         f"""# tiny-gemma3: a bundled random Gemma 3 text checkpoint
@@ -142,17 +126,14 @@ corpus), exactly {VOCAB} ids; special tokens: {specials}. Stop ids: `<eos>`,
     )
 
 
-def main(argv: list[str]) -> int:
-    out = Path(argv[1] if len(argv) > 1 else "testdata/tiny-gemma3")
-    if reason := foreign_out(out, "# tiny-gemma3: "):
-        print(f"make_tiny_gemma3: {reason}", file=sys.stderr)
-        return 1
-    out.mkdir(parents=True, exist_ok=True)
+def make(out: Path) -> None:
     make_model(out)
     write_tokenizer(out)
     write_readme(out)
-    print(f"wrote {out}")
-    return 0
+
+
+def main(argv: list[str]) -> int:
+    return run_maker(argv, "testdata/tiny-gemma3", "# tiny-gemma3: ", make)
 
 
 if __name__ == "__main__":
