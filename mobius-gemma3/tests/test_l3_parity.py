@@ -22,30 +22,12 @@ from mobius_testing import lm_parity as lp
 
 pytestmark = [pytest.mark.reference, pytest.mark.l3]
 
-TARGETS = ["default", "cpu", "cuda"]
-
-
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_f32_parity(reference_cache, parity_ids, name, target):
-    lp.assert_f32_parity(reference_cache, parity_ids, name, target)
-
-
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_greedy_16_steps(reference_cache, parity_ids, name, target):
-    lp.assert_greedy(reference_cache, parity_ids, name, target)
-
-
-@pytest.mark.parametrize("target", ["default", "cpu"])
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_f16_top1(reference_cache, parity_ids, name, target):
-    lp.assert_f16_top1(reference_cache, parity_ids, name, target)
-
-
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_config_shapes_build_identically(reference_cache, parity_ids, name):
-    lp.assert_shapes_identical(reference_cache, parity_ids, name)
+(
+    test_f32_parity,
+    test_greedy_16_steps,
+    test_f16_top1,
+    test_config_shapes_build_identically,
+) = lp.parity_tests(SPECS)
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
