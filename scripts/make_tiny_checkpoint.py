@@ -445,6 +445,68 @@ def foreign_out(out: Path, title: str) -> str | None:
     )
 
 
+def perturb_constants(model, seed: int) -> None:
+    """Add N(0, 0.1) to every constant-initialised parameter (norm weights, HF's ones or
+    Gemma's zeros) of a torch ``model``, from a generator seeded ``seed`` (no grad)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            flat = p.reshape(-1)
+            if bool((flat == flat[0]).all()):
+                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+
+
+def save_random_model(model_cls, config, seed: int, generation: dict, out: Path) -> None:
+    """A seeded random ``model_cls(config)`` (constants perturbed, :func:`perturb_constants`
+    with ``seed + 1``) with a ``GenerationConfig(**generation)``, saved in bfloat16."""
+    import torch
+    from transformers import GenerationConfig
+
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    perturb_constants(model, seed + 1)
+    model.generation_config = GenerationConfig(**generation)
+    model.to(torch.bfloat16).save_pretrained(out)
+
+
+def write_text_tokenizer(
+    out: Path, special: dict[str, int], tokens: dict[str, str | None], max_len: int, template: str
+) -> None:
+    """``tokenizer.json`` (:func:`make_tokenizer` of ``special``), ``tokenizer_config.json``
+    naming ``tokens`` (bos / eos / pad / unk), and ``chat_template.jinja``."""
+    make_tokenizer(special).save(str(out / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **{f"{k}_token": v for k, v in tokens.items()},
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "model_max_length": max_len,
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out / "chat_template.jinja").write_text(template)
+
+
+def file_rows(out: Path) -> str:
+    """The ``| `name` | bytes |`` rows of every file in ``out`` but README.md."""
+    files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.name != "README.md"}
+    return "\n".join(f"| `{name}` | {size:,} |" for name, size in files.items())
+
+
+def run_maker(argv: list[str], default: str, title: str, make) -> int:
+    """The ``main`` of a one-folder maker script: refuse a foreign ``out``, then ``make(out)``."""
+    out = Path(argv[1] if len(argv) > 1 else default)
+    name = Path(argv[0]).stem
+    if reason := foreign_out(out, title):
+        print(f"{name}: {reason}", file=sys.stderr)
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    make(out)
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if "--media" in argv[1:]:
         args = [a for a in argv[1:] if a != "--media"]

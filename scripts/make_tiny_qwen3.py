@@ -23,13 +23,18 @@ versions, same bytes. The weights are random: generated text is gibberish.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from make_tiny_checkpoint import VOCAB, foreign_out, make_tokenizer
+from make_tiny_checkpoint import (
+    VOCAB,
+    file_rows,
+    run_maker,
+    save_random_model,
+    write_text_tokenizer,
+)
 
 SEED = 31337
 SPECIAL = {
@@ -67,44 +72,23 @@ CHAT_TEMPLATE = (
 
 
 def make_model(out: Path) -> None:
-    import torch
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    torch.manual_seed(SEED)
-    gen = torch.Generator().manual_seed(SEED + 1)
-    model = Qwen3ForCausalLM(Qwen3Config(**CONFIG)).eval()
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            flat = p.reshape(-1)
-            if bool((flat == flat[0]).all()):  # norm weights: ones → 1 + N(0, 0.1)
-                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
-    model.generation_config = GenerationConfig(
-        bos_token_id=SPECIAL["<|endoftext|>"],
-        eos_token_id=[SPECIAL["<|im_end|>"], SPECIAL["<|endoftext|>"]],
-        pad_token_id=SPECIAL["<|endoftext|>"],
-    )
-    model.to(torch.bfloat16).save_pretrained(out)
+    generation = {
+        "bos_token_id": SPECIAL["<|endoftext|>"],
+        "eos_token_id": [SPECIAL["<|im_end|>"], SPECIAL["<|endoftext|>"]],
+        "pad_token_id": SPECIAL["<|endoftext|>"],
+    }
+    save_random_model(Qwen3ForCausalLM, Qwen3Config(**CONFIG), SEED, generation, out)
 
 
 def write_tokenizer(out: Path) -> None:
-    make_tokenizer(SPECIAL).save(str(out / "tokenizer.json"))
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": None,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": "<unk>",
-        "add_bos_token": False,
-        "add_eos_token": False,
-        "model_max_length": CONFIG["max_position_embeddings"],
-    }
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    tokens = {"bos": None, "eos": "<|im_end|>", "pad": "<|endoftext|>", "unk": "<unk>"}
+    write_text_tokenizer(out, SPECIAL, tokens, CONFIG["max_position_embeddings"], CHAT_TEMPLATE)
 
 
 def write_readme(out: Path) -> None:
-    files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.name != "README.md"}
-    rows = "\n".join(f"| `{name}` | {size:,} |" for name, size in files.items())
+    rows = file_rows(out)
     specials = ", ".join(f"`{t}` = {i}" for t, i in SPECIAL.items())
     (out / "README.md").write_text(
         f"""# tiny-qwen3: a bundled random Qwen3 checkpoint
@@ -134,17 +118,14 @@ corpus), exactly {VOCAB} ids; special tokens: {specials}. Stop ids: `<|im_end|>`
     )
 
 
-def main(argv: list[str]) -> int:
-    out = Path(argv[1] if len(argv) > 1 else "testdata/tiny-qwen3")
-    if reason := foreign_out(out, "# tiny-qwen3: "):
-        print(f"make_tiny_qwen3: {reason}", file=sys.stderr)
-        return 1
-    out.mkdir(parents=True, exist_ok=True)
+def make(out: Path) -> None:
     make_model(out)
     write_tokenizer(out)
     write_readme(out)
-    print(f"wrote {out}")
-    return 0
+
+
+def main(argv: list[str]) -> int:
+    return run_maker(argv, "testdata/tiny-qwen3", "# tiny-qwen3: ", make)
 
 
 if __name__ == "__main__":

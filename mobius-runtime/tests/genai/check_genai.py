@@ -5,11 +5,12 @@ onnxruntime-gpu, plus the mobius distributions (tox env ``genai``)::
 
     python mobius-runtime/tests/genai/check_genai.py [--out /tmp/genai-check] [--only NAME]
 
-Builds the bundled tiny checkpoints under testdata/ and runs seven cases:
+Builds the bundled tiny checkpoints under testdata/ and runs ten cases:
 
 - ``text``: the text-only ``tiny-gemma4`` (``gemma4_text``), the multimodal
-  ``tiny-gemma4-mm`` (``gemma4``), ``tiny-gemma4-unified`` (``gemma4_unified``) and
-  ``tiny-qwen3`` (``qwen3``) on a text prompt laid out by the package's chat layout
+  ``tiny-gemma4-mm`` (``gemma4``), ``tiny-gemma4-unified`` (``gemma4_unified``),
+  ``tiny-qwen3`` (``qwen3``) and ``tiny-gemma3`` (``gemma3_text``) on a text prompt laid
+  out by the package's chat layout
   (``Pipeline.apply_chat_template``, what ``mobius run`` sends), tokenized by
   onnxruntime-genai's ``og.Tokenizer`` from the package's ``tokenizer.json``;
 - ``image`` / ``audio``: ``tiny-gemma4-mm`` on ``testdata/media/tiny.png`` /
@@ -21,6 +22,7 @@ Builds the bundled tiny checkpoints under testdata/ and runs seven cases:
   with accuracy level 4, GatherBlockQuantized embeddings, the tied lm_head read from
   the same packed table): onnxruntime-genai loads the quantized package and generates
   the ids mobius-runtime generates from it.
+  ``tiny-gemma3`` (``gemma3_text``, untied) the same way.
 - ``tiny-gemma4-mm/text+int4``: the split package quantized: the embedding and decoder
   graphs read the packed tied table from one ``shared.data`` (a hard link in each
   folder, docs/internals.md).
@@ -84,6 +86,8 @@ CASES = (
     Case("tiny-gemma4", "text", "Hello, tell me about the sea.", quant="int4"),
     Case("tiny-gemma4-mm", "text", "Hello, tell me about the sea.", quant="int4"),
     Case("tiny-qwen3", "text", "Hello, tell me about the sea."),
+    Case("tiny-gemma3", "text", "Hello, tell me about the sea."),
+    Case("tiny-gemma3", "text", "Hello, tell me about the sea.", quant="int4"),
 )
 
 

@@ -416,3 +416,42 @@ def plugins_listed(monkeypatch: pytest.MonkeyPatch, allow: str | None) -> dict[s
     result = CliRunner().invoke(app, ["plugins", "--json"])
     assert result.exit_code == 0, result.output
     return {r["name"]: r for r in json.loads(result.output)}
+
+
+def parity_tests(
+    specs: Mapping[str, Mapping[str, Any]],
+    targets: Sequence[str] = ("default", "cpu", "cuda"),
+    f16_targets: Sequence[str] = ("default", "cpu"),
+):
+    """A family's standard L3 tests over every spec, parametrized by spec name and target:
+    ``(test_f32_parity, test_greedy_16_steps, test_f16_top1,
+    test_config_shapes_build_identically)``. Assign them to those names in the family's
+    test module (pytest collects them there, with that module's marks and fixtures)."""
+    names = sorted(specs)
+    by_name = pytest.mark.parametrize("name", names)
+
+    @pytest.mark.parametrize("target", targets)
+    @by_name
+    def test_f32_parity(reference_cache, parity_ids, name, target):
+        assert_f32_parity(reference_cache, parity_ids, name, target)
+
+    @pytest.mark.parametrize("target", targets)
+    @by_name
+    def test_greedy_16_steps(reference_cache, parity_ids, name, target):
+        assert_greedy(reference_cache, parity_ids, name, target)
+
+    @pytest.mark.parametrize("target", f16_targets)
+    @by_name
+    def test_f16_top1(reference_cache, parity_ids, name, target):
+        assert_f16_top1(reference_cache, parity_ids, name, target)
+
+    @by_name
+    def test_config_shapes_build_identically(reference_cache, parity_ids, name):
+        assert_shapes_identical(reference_cache, parity_ids, name)
+
+    return (
+        test_f32_parity,
+        test_greedy_16_steps,
+        test_f16_top1,
+        test_config_shapes_build_identically,
+    )

@@ -7,7 +7,8 @@ pin constructor and ``forward(op, ...)``; docs/internals.md; for how a family us
 them, docs/writing-a-plugin.md §6 "A second real family"):
 
 - ``Linear`` (optional bias), ``linear_transposed`` (a ``[out, in]`` head, tied or not),
-  ``Embedding``;
+  ``Embedding``, ``ScaledEmbedding`` / ``embed_scale`` (Gemma's ``sqrt(hidden)``),
+  ``logit_softcap``;
 - ``RMSNorm`` (with / without weight, ``1 + w`` via ``weight_offset``, Llama/Qwen weight
   order via ``weight_after_cast``);
 - ``rope_inv_freq`` (HF rope types incl. partial rotary), ``rotary_cos_sin`` (in-graph
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from mobius.components.attention import GQA_DTYPES, Attention, GroupQueryAttention, gqa_available
 from mobius.components.dtypes import DTYPE_NAMES, dtype_name, ir_dtype, numpy_dtype
-from mobius.components.embedding import Embedding
+from mobius.components.embedding import Embedding, ScaledEmbedding, embed_scale
 from mobius.components.experts import RoutedExperts, route
 from mobius.components.graph import (
     MS_DOMAIN,
@@ -50,6 +51,7 @@ from mobius.components.rotary import (
     rotary_cos_sin,
     rotary_tables,
 )
+from mobius.components.softcap import logit_softcap
 
 __all__ = [
     "ACTIVATIONS",
@@ -65,6 +67,7 @@ __all__ = [
     "RMSNorm",
     "RotaryEmbedding",
     "RoutedExperts",
+    "ScaledEmbedding",
     "activation",
     "add_input",
     "add_output",
@@ -73,11 +76,13 @@ __all__ = [
     "apply_rotary",
     "constant",
     "dtype_name",
+    "embed_scale",
     "finish_model",
     "gqa_available",
     "gqa_lengths",
     "ir_dtype",
     "linear_transposed",
+    "logit_softcap",
     "ms_opset",
     "new_graph",
     "numpy_dtype",

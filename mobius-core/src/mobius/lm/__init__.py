@@ -16,6 +16,9 @@ One signature each (docs/writing-a-plugin.md §7 shows a whole family on it):
   (Attention vs GroupQueryAttention, reason logged), ``SelfAttention``, ``DecoderLayer``,
   ``DecoderLM``, ``build_decoder(cfg, build_dtype, target, *, family, qk_norm=False,
   mlp=gated_mlp)``, ``decoder_shape(cfg)``;
+- the Gemma shape (:mod:`mobius.lm.gemma`): ``GemmaConfig`` (in :mod:`mobius.lm.config`),
+  ``build_gemma(cfg, build_dtype, target, *, family)``, ``gemma_plan(cfg, checkpoint, dtype)``,
+  ``GemmaDecoderLM`` (overrides ``DecoderLM.rotary`` / ``logits``);
 - weights (:mod:`mobius.lm.weights`): ``hf_linear(name, dtype, prefix="model.")``,
   ``hf_plain(...)``, ``add_head(plan, tied, checkpoint, dtype)``, ``decoder_plan(cfg,
   checkpoint, dtype, *, qk_norm=False, dense_mlp=None)``;

@@ -305,3 +305,18 @@ def read_layer_types(
                 f"use {FULL} or {SLIDING}",
             )
     return tuple(t if window is not None else FULL for t in given)
+
+
+@dataclass(frozen=True)
+class GemmaConfig(DecoderConfig):
+    """A :class:`DecoderConfig` plus what the Gemma shape (:mod:`mobius.lm.gemma`) reads.
+
+    ``local_rope`` is the sliding layers' rope (``rope`` the full layers'); the caps are
+    None when off (``attn_logit_softcapping``: the cap the graph applies to attention
+    scores); ``qk_norm``: q/k RMSNorms present (Gemma 3)."""
+
+    query_pre_attn_scalar: float
+    local_rope: RopeParams
+    final_logit_softcapping: float | None
+    attn_logit_softcapping: float | None
+    qk_norm: bool

@@ -47,7 +47,7 @@ from mobius.components import (
     rope_inv_freq,
     rotary_cos_sin,
 )
-from mobius.lm.config import FULL, DecoderConfig
+from mobius.lm.config import FULL, DecoderConfig, RopeParams
 from mobius.lm.ports import LMShape, build_graph, kv_port, lm_ports
 from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE
 
@@ -224,22 +224,34 @@ class DecoderLM(nn.Module):
         cfg = self.cfg
         h = self.embed_tokens(op, ins["input_ids"])
         masks = self._masks(op, ins["attention_mask"], h)
-        inv_freq, scaling = rope_inv_freq(
-            cfg.rope.as_dict(), cfg.head_dim, cfg.max_position_embeddings
-        )
-        cos, sin = rotary_cos_sin(op, inv_freq, ins["position_ids"], self.dtype, scaling=scaling)
+        rotary = self.rotary(op, ins["position_ids"])
         out = {}
         for i, layer in enumerate(self.layers):
             names = [kv_port(i, kind) for kind in ("key", "value")]
-            h, pk, pv = layer(
-                op, h, cos, sin, masks[cfg.layer_types[i]], ins[names[0]], ins[names[1]]
-            )
+            kind = cfg.layer_types[i]
+            h, pk, pv = layer(op, h, *rotary[kind], masks[kind], ins[names[0]], ins[names[1]])
             out[kv_port(i, "key", present=True)] = pk
             out[kv_port(i, "value", present=True)] = pv
-        h = self.norm(op, h)
-        head = self.embed_tokens.weight if cfg.tie_word_embeddings else self.lm_head
-        out["logits"] = linear_transposed(op, h, head, cfg.vocab_size)
+        out["logits"] = self.logits(op, h)
         return out
+
+    def rotary(self, op, position_ids) -> dict[str, tuple[ir.Value, ir.Value]]:
+        """``(cos, sin)`` per layer type: ``cfg.rope`` for all (a family with one rope per
+        layer type overrides this, e.g. :class:`mobius.lm.gemma.GemmaDecoderLM`)."""
+        cos_sin = self.cos_sin(op, self.cfg.rope, position_ids)
+        return dict.fromkeys(set(self.cfg.layer_types), cos_sin)
+
+    def cos_sin(self, op, rope: RopeParams, position_ids, name: str = "rope"):
+        """``(cos, sin)`` of one rope, computed in the graph from ``position_ids``."""
+        cfg = self.cfg
+        inv_freq, scaling = rope_inv_freq(rope.as_dict(), cfg.head_dim, cfg.max_position_embeddings)
+        return rotary_cos_sin(op, inv_freq, position_ids, self.dtype, scaling=scaling, name=name)
+
+    def logits(self, op, h):
+        """``norm`` then the head: ``[B, S, V]`` logits."""
+        h = self.norm(op, h)
+        head = self.embed_tokens.weight if self.cfg.tie_word_embeddings else self.lm_head
+        return linear_transposed(op, h, head, self.cfg.vocab_size)
 
 
 def build_decoder(
