@@ -1,9 +1,10 @@
 """One generation path: the server's text is ``Pipeline.generate``'s for the same ids.
 
 Both run :class:`mobius_runtime.decoding.Decoding` per request, so the same ids give
-the same text, streamed or not, alone or batched with seven others, on every tiny
-package (the multimodal one has a byte-fallback tokenizer). The text stream decodes a
-bounded number of ids per token, whatever the reply's length.
+the same text (a chat answer and a seeded sample too), streamed or not, alone or batched
+with seven others, on every tiny package (the multimodal one has a byte-fallback
+tokenizer). The text stream decodes a bounded number of ids per token, whatever the
+reply's length.
 """
 
 from __future__ import annotations
@@ -39,25 +40,30 @@ def _prompts(pipeline) -> list[list[int]]:
     return [pipeline.text.encode(t) for t in TEXTS]
 
 
-def _ask(client, ids: list[int], stream: bool) -> tuple[str, str]:
-    """(text, finish_reason) of a greedy completion of ``ids``."""
-    out = client.completions.create(
-        model="tiny", prompt=ids, max_tokens=NEW, temperature=0, stream=stream
-    )
+def _ask(client, request: dict, stream: bool) -> tuple[str, str]:
+    """(text, finish_reason) of a completion (``prompt`` in ``request``) or a chat answer."""
+    if "prompt" in request:
+        out = client.completions.create(model="tiny", stream=stream, **request)
+        if not stream:
+            return out.choices[0].text, out.choices[0].finish_reason
+        chunks = list(out)
+        return "".join(c.choices[0].text for c in chunks), chunks[-1].choices[0].finish_reason
+    out = client.chat.completions.create(model="tiny", stream=stream, **request)
     if not stream:
-        return out.choices[0].text, out.choices[0].finish_reason
-    chunks = list(out)
-    return "".join(c.choices[0].text for c in chunks), chunks[-1].choices[0].finish_reason
+        return out.choices[0].message.content, out.choices[0].finish_reason
+    chunks = [c for c in out if c.choices]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    return text, chunks[-1].choices[0].finish_reason
 
 
-def _at_once(client, prompts: list[list[int]], stream: bool) -> list[tuple[str, str] | None]:
-    """``_ask`` for every prompt, each from its own thread, all at once."""
-    out: list[tuple[str, str] | None] = [None] * len(prompts)
+def _at_once(client, requests: list[dict], stream: bool) -> list[tuple[str, str] | None]:
+    """``_ask`` for every request, each from its own thread, all at once."""
+    out: list[tuple[str, str] | None] = [None] * len(requests)
 
     def one(i: int) -> None:
-        out[i] = _ask(client, prompts[i], stream)
+        out[i] = _ask(client, requests[i], stream)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(requests))]
     for t in threads:
         t.start()
     for t in threads:
@@ -65,24 +71,40 @@ def _at_once(client, prompts: list[list[int]], stream: bool) -> list[tuple[str, 
     return out
 
 
+OPENAI_REASON = {"stop_id": "stop", "stop_string": "stop", "max_new_tokens": "length"}
+SAMPLED = {"temperature": 0.8, "top_p": 0.9}
+
+
 @pytest.mark.parametrize(
     "package", ["tiny_gqa_package", "tiny_attention_package", "tiny_mm_package"]
 )
 def test_server_text_equals_generate_text(package, request):
+    """Completions of ids, chat answers and seeded samples: the server's text and finish
+    reason are ``generate()``'s, one request at a time and eight at once, streamed or not."""
     from mobius_runtime import Pipeline
 
     pipeline = Pipeline.load(request.getfixturevalue(package), device="cpu", threads=2)
-    prompts = _prompts(pipeline)
-    want = [pipeline.generate(input_ids=p, max_new_tokens=NEW) for p in prompts]
-    openai_reason = {"stop_id": "stop", "max_new_tokens": "length"}
-    expected = [(w.text, openai_reason[w.stop_reason]) for w in want]
+    cases = []  # (the request to the server, generate()'s answer)
+    for i, ids in enumerate(_prompts(pipeline)):
+        want = pipeline.generate(input_ids=ids, max_new_tokens=NEW)
+        cases.append(({"prompt": ids, "max_tokens": NEW, "temperature": 0}, want))
+        messages = [{"role": "user", "content": TEXTS[i]}]
+        want = pipeline.generate(messages=messages, max_new_tokens=NEW, literal_special=True)
+        cases.append(({"messages": messages, "max_tokens": NEW, "temperature": 0}, want))
+        want = pipeline.generate(input_ids=ids, max_new_tokens=NEW, do_sample=True, seed=i,
+                                 **SAMPLED)  # fmt: skip
+        cases.append(({"prompt": ids, "max_tokens": NEW, "seed": i, **SAMPLED}, want))
+    requests = [r for r, _ in cases]
+    expected = [(w.text, OPENAI_REASON[w.stop_reason]) for _, w in cases]
     with running(pipeline) as server:
         client = server.client()
         for stream in (False, True):
-            alone = [_ask(client, p, stream) for p in prompts]
+            alone = [_ask(client, r, stream) for r in requests]
             assert alone == expected, (package, stream)
-            assert _at_once(client, prompts, stream) == expected, (package, stream)
-        assert server.engine.peak_batch > 1  # the eight clients shared decode steps
+            for start in range(0, len(requests), 8):  # eight clients at once
+                together = _at_once(client, requests[start : start + 8], stream)
+                assert together == expected[start : start + 8], (package, stream, start)
+        assert server.engine.peak_batch > 1  # the clients shared decode steps
 
 
 class _Counting:

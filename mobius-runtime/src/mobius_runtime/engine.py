@@ -18,8 +18,9 @@ blocks. Per request, events go to its ``sink`` from the engine thread:
 Text is streamed as it becomes decodable, decoding only the new ids
 (:class:`~mobius_runtime.text.TextStream`); text that might be the start of a ``stop``
 string is held back until it is known not to be one, so streamed deltas concatenate to
-the final text, which is ``generate()``'s for the same ids. One log line per finished request: id, prompt and
-completion tokens, time to first token, decode tokens/s.
+the final text, which is ``generate()``'s for the same ids. One log line per finished
+request: id, prompt and completion tokens, time to first token, decode tokens/s, finish
+reason.
 """
 
 from __future__ import annotations

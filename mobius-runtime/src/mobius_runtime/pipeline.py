@@ -374,15 +374,17 @@ class Pipeline:
         ``input_ids`` are the model's ids, placeholders already expanded.
         ``on_token(id, text_piece)`` is called as each token is chosen;
         ``text_piece`` is the newly decodable text (possibly empty while a
-        multi-byte character is incomplete). Generation stops at a stop id
-        (``stop_ids``, default: the family's), after ``max_new_tokens``, or at
-        the model's context length; ``stop`` strings end it too, the text cut where the
-        earliest begins (``stop_reason`` ``"stop_string"``). The sampling and stopping
-        keywords build a :class:`~mobius_runtime.sampling.SamplingParams`; pass one as
-        ``sampling=`` instead (then leave those keywords at their defaults). ``literal_special=True`` tokenizes special markers
-        typed inside ``messages`` (``<|turn>``, ``<start_of_turn>``, ``<|im_start|>`` …)
-        as plain text, so only the chat template makes control tokens (the default
-        tokenizes them as the control tokens, as HF's ``apply_chat_template`` does).
+        multi-byte character is incomplete, or while it may begin a stop string).
+        Generation stops at a stop id (``stop_ids``, default: the family's), at a
+        ``stop`` string (the text cut where the earliest begins), after
+        ``max_new_tokens``, or at the model's context length (``stop_reason``:
+        :class:`~mobius_runtime.decoding.FinishReason`). The sampling and stopping
+        keywords build a :class:`~mobius_runtime.sampling.SamplingParams`; or pass one
+        as ``sampling=`` (then leave those keywords at their defaults).
+        ``literal_special=True`` tokenizes special markers typed inside ``messages``
+        (``<|turn>``, ``<start_of_turn>``, ``<|im_start|>`` …) as plain text, so only the
+        chat template makes control tokens (the default tokenizes them as the control
+        tokens, as HF's ``apply_chat_template`` does).
         """
         self.check_generative()
         options = {
