@@ -35,6 +35,8 @@ from mobius_runtime.text import TOKENIZER_FILE, TextSide, as_ids, context_length
 log = logging.getLogger("mobius_runtime")
 
 NORMALIZE_SLACK = 3  # how many times Unicode normalization can shrink text's UTF-8 bytes
+PREFIX_CHARS = 8  # a long prompt's prefix tokenized first: this many characters a position
+PREFIX_SLACK = 16  # tokens a prefix may have more than the same span in the whole text
 
 
 @dataclass
@@ -489,6 +491,21 @@ class Pipeline:
                 where="prompt",
                 fix=f"shorten the prompt below {limit} tokens",
             )
+        # Below that bound a long text may still be far too long (a vocabulary with one
+        # 30-byte token allows 90 bytes a position): tokenize a prefix of PREFIX_CHARS
+        # characters a position first, whose cost is bounded by the context, not the body.
+        # A prefix has at most a few tokens more than the same span inside the whole text
+        # (only its last word can split differently), hence PREFIX_SLACK.
+        chars = PREFIX_CHARS * limit
+        if len(text) > chars:
+            head = len(self.text.tokenizer.encode(text[:chars], add_special_tokens=False).ids)
+            if head >= limit + PREFIX_SLACK:
+                raise RequestError(
+                    f"the prompt is {len(text)} characters, and its first {chars} alone are "
+                    f"{head} tokens, more than the {limit} positions of the model",
+                    where="prompt",
+                    fix=f"shorten the prompt below {limit} tokens",
+                )
 
     def check_prompt_ids(self, ids: np.ndarray, image_soft: int, audio_soft: int) -> None:
         """Ids in the vocabulary, placeholders matching the media, within the context."""
