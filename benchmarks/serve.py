@@ -262,7 +262,7 @@ _PIPELINE: tuple[Path, Any] | None = None
 
 
 def _engine_request(engine: Any, prompt: list[int], new: int) -> dict[str, float]:
-    from mobius_runtime.engine import Sampling
+    from mobius_runtime.sampling import SamplingParams
 
     done = threading.Event()
     times: list[float] = []
@@ -275,7 +275,7 @@ def _engine_request(engine: Any, prompt: list[int], new: int) -> dict[str, float
             box[kind] = data
             done.set()
 
-    engine.submit({"input_ids": np.asarray([prompt])}, Sampling(max_tokens=new), sink)
+    engine.submit({"input_ids": np.asarray([prompt])}, SamplingParams(max_tokens=new), sink)
     done.wait()
     if "done" not in box:
         raise RuntimeError(f"a request failed: {box}")

@@ -12,12 +12,14 @@ import threading
 import numpy as np
 import pytest
 
-from mobius_runtime.engine import Engine, Sampling, _first_stop, _held_back
+from mobius_runtime.engine import Engine
+from mobius_runtime.sampling import SamplingParams
+from mobius_runtime.text import first_stop, held_back
 
 PROMPTS = ([2, 5, 17, 13], [2, 10, 7], [2, *range(4, 16)], [2, 20, 9])  # toy vocab: 24
 
 
-def _collect(engine: Engine, prompt: list[int], sampling: Sampling):
+def _collect(engine: Engine, prompt: list[int], sampling: SamplingParams):
     done = threading.Event()
     box: dict[str, object] = {"text": ""}
 
@@ -43,14 +45,14 @@ def test_unbatchable_package_runs_one_cohort_per_request(single_pkg, host, caplo
     assert "not batched" in caplog.text and "Concat" in caplog.text
     want = [pipeline.generate(input_ids=p, max_new_tokens=6, stop_ids=()) for p in PROMPTS]
     engine.stops = set()
-    runs = [_collect(engine, p, Sampling(max_tokens=6)) for p in PROMPTS]  # queued first
+    runs = [_collect(engine, p, SamplingParams(max_tokens=6)) for p in PROMPTS]  # queued first
     engine.start()
     try:
         for (_, box, done), w in zip(runs, want):
             assert done.wait(30)
             finished = box["done"]
             assert finished.text == w.text == box["text"]
-            assert finished.completion_tokens == 6 and finished.finish_reason == "length"
+            assert finished.completion_tokens == 6 and finished.reason == "max_new_tokens"
     finally:
         engine.stop()
     assert engine.peak_batch == 4  # all were active in one loop, one cohort each
@@ -61,24 +63,24 @@ def test_stop_cancels_queued_requests(single_pkg, host):
     from mobius_runtime.engine import EngineStopped
 
     engine = Engine(Pipeline.load(single_pkg, device="cpu", host=host), max_queue=4)
-    runs = [_collect(engine, p, Sampling(max_tokens=3)) for p in PROMPTS[:2]]
+    runs = [_collect(engine, p, SamplingParams(max_tokens=3)) for p in PROMPTS[:2]]
     engine.start()  # nothing can run before stop: the loop checks stopping first
     engine.stop()
     for _, box, done in runs:
         assert done.wait(10)
-        assert box["done"].finish_reason in ("cancelled", "length")
+        assert box["done"].reason in ("cancelled", "max_new_tokens")
     with pytest.raises(EngineStopped):
-        engine.submit({"input_ids": np.asarray([[2, 3]])}, Sampling(max_tokens=1), print)
+        engine.submit({"input_ids": np.asarray([[2, 3]])}, SamplingParams(max_tokens=1), print)
 
 
 def test_stop_string_helpers():
-    assert _first_stop("abc STOP def", ("STOP",)) == 4
-    assert _first_stop("abc", ("x", "")) is None
-    assert _first_stop("a-b.c", ("." , "-")) == 1  # fmt: skip
-    assert _held_back("hello ST", ("STOP",)) == 2  # "ST" may begin STOP
-    assert _held_back("hello S", ("STOP", "SIGN")) == 1
-    assert _held_back("hello", ("STOP",)) == 0
-    assert _held_back("xx</", ("</s>", "</end>")) == 2
+    assert first_stop("abc STOP def", ("STOP",)) == 4
+    assert first_stop("abc", ("x", "")) is None
+    assert first_stop("a-b.c", ("." , "-")) == 1  # fmt: skip
+    assert held_back("hello ST", ("STOP",)) == 2  # "ST" may begin STOP
+    assert held_back("hello S", ("STOP", "SIGN")) == 1
+    assert held_back("hello", ("STOP",)) == 0
+    assert held_back("xx</", ("</s>", "</end>")) == 2
 
 
 def test_nan_logits_in_one_row_end_only_that_request(tiny_gqa_package):
@@ -105,7 +107,7 @@ def test_nan_logits_in_one_row_end_only_that_request(tiny_gqa_package):
         return logits
 
     engine.batcher.decode = poisoned  # type: ignore[method-assign]
-    runs = [_collect(engine, p, Sampling(max_tokens=5)) for p in prompts]  # queued first
+    runs = [_collect(engine, p, SamplingParams(max_tokens=5)) for p in prompts]  # queued first
     engine.start()
     try:
         for _, _, done in runs:

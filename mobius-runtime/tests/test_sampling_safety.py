@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mobius_runtime.engine import Engine, Sampling
-from mobius_runtime.sampling import Sampler, pick
+from mobius_runtime.engine import Engine
+from mobius_runtime.sampling import Sampler, SamplingParams, pick
 
 VOCAB = 64
 
@@ -93,7 +93,7 @@ def test_pick_refuses_what_it_cannot_sample():
 
 
 def test_the_cli_sampler_takes_a_subnormal_temperature():
-    sampler = Sampler(True, 1e-310, 0, 1.0, seed=1)
+    sampler = Sampler(SamplingParams(temperature=1e-310, seed=1))
     logits = _logits(5, 3, 2.0)
     assert sampler.pick(logits) == int(np.argmax(logits))
 
@@ -101,7 +101,7 @@ def test_the_cli_sampler_takes_a_subnormal_temperature():
 # ---------------------------------------------------------------- the batched step
 
 
-def _collect(engine: Engine, prompt: list[int], sampling: Sampling, sink_fails: bool = False):
+def _collect(engine: Engine, prompt: list[int], sampling: SamplingParams, sink_fails: bool = False):
     """Queue ``prompt``; its events land in the box. ``sink_fails``: the sink raises on the
     request's third text delta (a client gone mid-stream, inside a batched step)."""
     done = threading.Event()
@@ -123,7 +123,7 @@ def _collect(engine: Engine, prompt: list[int], sampling: Sampling, sink_fails: 
 
 
 def _serve(pipeline, requests, max_batch):
-    """Run ``requests`` ((prompt, Sampling, sink_fails)) queued together in one engine."""
+    """Run ``requests`` ((prompt, SamplingParams, sink_fails)) queued together in one engine."""
     engine = Engine(pipeline, max_batch=max_batch)
     engine.stops = set()
     runs = [_collect(engine, p, s, f) for p, s, f in requests]  # all queued before start
@@ -159,7 +159,7 @@ def test_random_sampling_rows_leave_the_other_rows_unchanged(pipeline):
         for prompt in PROMPTS:
             temperature = float(rng.choice(edges_t)) if rng.random() < 0.6 else rng.uniform(0, 2)
             top_p = float(rng.choice(edges_p)) if rng.random() < 0.5 else rng.uniform(1e-6, 1)
-            sampling = Sampling(max_tokens=6, temperature=temperature, top_p=top_p,
+            sampling = SamplingParams(max_tokens=6, temperature=temperature, top_p=top_p,
                                 seed=int(rng.integers(0, 2**63)))  # fmt: skip
             requests.append((prompt, sampling, False))
         together = _serve(pipeline, requests, max_batch=len(requests))
@@ -171,8 +171,8 @@ def test_random_sampling_rows_leave_the_other_rows_unchanged(pipeline):
 
 
 def test_a_subnormal_temperature_row_answers_greedily_beside_greedy_rows(pipeline):
-    requests = [(p, Sampling(max_tokens=6), False) for p in PROMPTS[:3]]
-    requests.insert(1, (PROMPTS[3], Sampling(max_tokens=6, temperature=1e-310), False))
+    requests = [(p, SamplingParams(max_tokens=6), False) for p in PROMPTS[:3]]
+    requests.insert(1, (PROMPTS[3], SamplingParams(max_tokens=6, temperature=1e-310), False))
     boxes = _serve(pipeline, requests, max_batch=4)
     for (prompt, _, _), box in zip(requests, boxes):
         want = pipeline.generate(input_ids=prompt, max_new_tokens=6, stop_ids=())
@@ -182,9 +182,9 @@ def test_a_subnormal_temperature_row_answers_greedily_beside_greedy_rows(pipelin
 def test_a_failing_row_ends_only_its_request(pipeline, monkeypatch):
     """In a batched decode step, one row whose pick raises and one whose client sink
     raises: both end with their own error; the other rows answer as alone."""
-    import mobius_runtime.engine as engine_module
+    import mobius_runtime.sampling as sampling_module
 
-    real_pick, calls = engine_module.pick, []
+    real_pick, calls = sampling_module.pick, []
 
     def picky(logits, **kwargs):
         if kwargs.get("temperature") == 0.625:
@@ -193,12 +193,12 @@ def test_a_failing_row_ends_only_its_request(pipeline, monkeypatch):
                 raise FloatingPointError("a sampler bug in one row")
         return real_pick(logits, **kwargs)
 
-    monkeypatch.setattr(engine_module, "pick", picky)
+    monkeypatch.setattr(sampling_module, "pick", picky)
     requests = [
-        (PROMPTS[0], Sampling(max_tokens=6), False),
-        (PROMPTS[1], Sampling(max_tokens=6, temperature=0.625, seed=1), False),
-        (PROMPTS[2], Sampling(max_tokens=6), True),
-        (PROMPTS[4], Sampling(max_tokens=6), False),
+        (PROMPTS[0], SamplingParams(max_tokens=6), False),
+        (PROMPTS[1], SamplingParams(max_tokens=6, temperature=0.625, seed=1), False),
+        (PROMPTS[2], SamplingParams(max_tokens=6), True),
+        (PROMPTS[4], SamplingParams(max_tokens=6), False),
     ]
     boxes = _serve(pipeline, requests, max_batch=4)
     assert "a sampler bug in one row" in str(boxes[1]["error"]) and "done" not in boxes[1]

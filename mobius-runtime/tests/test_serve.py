@@ -160,13 +160,13 @@ def test_api_key(pipeline):
 
 
 def test_full_queue_answers_429_at_once(pipeline):
-    from mobius_runtime.engine import Sampling
+    from mobius_runtime.sampling import SamplingParams
 
     # one batch slot (free: the engine is not started) and one queue place: two fit
     with running(pipeline, max_batch=1, max_queue=1, start_engine=False) as srv:
         ids = np.asarray([IDS[0]], dtype=np.int64)
         for _ in range(2):
-            srv.engine.submit({"input_ids": ids}, Sampling(max_tokens=4), lambda *_: None)
+            srv.engine.submit({"input_ids": ids}, SamplingParams(max_tokens=4), lambda *_: None)
         start = time.monotonic()
         with pytest.raises(openai.RateLimitError) as busy:
             srv.client().completions.create(model="tiny", prompt="hi", max_tokens=2)

@@ -97,7 +97,7 @@ def test_serve_logs_requests_and_exits_0_on_signal(tiny_gqa_package, tmp_path, s
             proc.kill()
             proc.wait()
     logged = {m.group(1): m.groups() for m in map(REQUEST_LOG.search, lines) if m}
-    assert rid in logged and logged[rid][2:] == ("3", "length"), "".join(lines)
+    assert rid in logged and logged[rid][2:] == ("3", "max_new_tokens"), "".join(lines)
     assert len(logged) == 2, "the interrupted stream is logged as well"
 
 

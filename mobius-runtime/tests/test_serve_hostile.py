@@ -153,16 +153,17 @@ def test_a_stop_string_longer_than_4_characters(server, pipeline):
 
 
 def test_max_queue_0_takes_requests_while_batch_slots_are_free(pipeline):
-    from mobius_runtime.engine import QueueFull, Sampling
+    from mobius_runtime.engine import QueueFull
+    from mobius_runtime.sampling import SamplingParams
 
     with running(pipeline, max_batch=2, max_queue=0) as srv:
         assert _normal(srv.url)  # was a 429 although the whole batch was free
     with running(pipeline, max_batch=2, max_queue=0, start_engine=False) as srv:
         ids = {"input_ids": [[2, 40, 41]]}
         for _ in range(2):  # two free slots: two requests wait for the engine
-            srv.engine.submit(ids, Sampling(max_tokens=2), lambda *_: None)
+            srv.engine.submit(ids, SamplingParams(max_tokens=2), lambda *_: None)
         with pytest.raises(QueueFull):
-            srv.engine.submit(ids, Sampling(max_tokens=2), lambda *_: None)
+            srv.engine.submit(ids, SamplingParams(max_tokens=2), lambda *_: None)
         error = _error(_post(srv.url, NORMAL), 429)
         assert error["code"] == "queue_full"
 

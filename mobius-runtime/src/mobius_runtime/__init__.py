@@ -19,15 +19,24 @@ from typing import TYPE_CHECKING, Any
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 __version__ = "0.1.1.dev0"
-__all__ = ["GenerationResult", "Pipeline", "__version__"]
+__all__ = ["FinishReason", "GenerationResult", "Pipeline", "SamplingParams", "__version__"]
 
 if TYPE_CHECKING:
+    from mobius_runtime.decoding import FinishReason
     from mobius_runtime.pipeline import GenerationResult, Pipeline
+    from mobius_runtime.sampling import SamplingParams
+
+_LAZY = {
+    "Pipeline": "pipeline",
+    "GenerationResult": "pipeline",
+    "SamplingParams": "sampling",
+    "FinishReason": "decoding",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Pipeline", "GenerationResult"):
-        from mobius_runtime import pipeline
+    if name in _LAZY:
+        import importlib
 
-        return getattr(pipeline, name)
+        return getattr(importlib.import_module(f"mobius_runtime.{_LAZY[name]}"), name)
     raise AttributeError(name)

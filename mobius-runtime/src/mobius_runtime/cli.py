@@ -57,18 +57,20 @@ def _readable(kind: str, files: list[Path]) -> list[Path]:
     return [check_media_file(path, kind) for path in files]
 
 
-def _sampling(sample: bool, temperature, top_k, top_p, seed) -> dict[str, Any]:
-    """Checked before loading; the keyword arguments of generate() / ChatSession."""
+def _sampling(max_new_tokens: int, sample: bool, temperature, top_k, top_p, seed) -> Any:
+    """The :class:`SamplingParams` of the flags, checked before loading."""
     from mobius_runtime.requests import check_sampling
+    from mobius_runtime.sampling import SamplingParams
 
     check_sampling(sample, temperature, top_k, top_p, seed, flags=True)
-    return {
-        "do_sample": sample,
-        "temperature": 1.0 if temperature is None else temperature,
-        "top_k": top_k or 0,
-        "top_p": 1.0 if top_p is None else top_p,
-        "seed": seed,
-    }
+    return SamplingParams.from_options(
+        max_new_tokens,
+        do_sample=sample,
+        temperature=1.0 if temperature is None else temperature,
+        top_k=top_k or 0,
+        top_p=1.0 if top_p is None else top_p,
+        seed=seed,
+    )
 
 
 def require_package(package: Path) -> None:
@@ -145,7 +147,7 @@ def run(
     """
     debug = is_debug(ctx, debug)
     try:
-        options = _sampling(sample, temperature, top_k, top_p, seed)
+        sampling = _sampling(max_new_tokens, sample, temperature, top_k, top_p, seed)
         images, clips = _readable("image", image or []), _readable("audio", audio or [])
         pipeline = _load(package, device, threads)
         if not raw and not pipeline.has_chat_layout:
@@ -165,10 +167,7 @@ def run(
             ]
             request = {"messages": [{"role": "user", "content": parts}]}
         result = pipeline.generate(
-            **request,
-            max_new_tokens=max_new_tokens,
-            on_token=None if as_json else _echo,
-            **options,
+            **request, sampling=sampling, on_token=None if as_json else _echo
         )
     except MobiusError as exc:
         _fail(exc, debug)
@@ -228,13 +227,13 @@ def chat(
 
     debug = is_debug(ctx, debug)
     try:
-        options = _sampling(sample, temperature, top_k, top_p, seed)
+        sampling = _sampling(max_new_tokens, sample, temperature, top_k, top_p, seed)
         pending = {
             "image": _readable("image", image or []),
             "audio": _readable("audio", audio or []),
         }
         pipeline = _load(package, device, threads)
-        session = ChatSession(pipeline, system, max_new_tokens=max_new_tokens, **options)
+        session = ChatSession(pipeline, system, sampling=sampling)
     except MobiusError as exc:
         _fail(exc, debug)
     interactive = sys.stdin.isatty()

@@ -8,16 +8,19 @@ Requests are queued by :meth:`Engine.submit` (any thread); the engine thread loo
    alone (its media encoders run here), picks its first token and joins the running
    cohort (:mod:`mobius_runtime.batching`);
 3. one batched decode step for all active rows; each row picks its next token with
-   its own sampler and seed, streams its new text, and leaves when it stops.
+   its own sampler and seed, streams its new text, and leaves when it stops (per row:
+   :class:`~mobius_runtime.decoding.Decoding`, the logic ``Pipeline.generate`` runs).
 
 A full queue (``max_queue`` waiting beyond the free batch slots: 0 means requests are
 taken only while a slot is free) refuses at once (:class:`QueueFull`), never
 blocks. Per request, events go to its ``sink`` from the engine thread:
 ``("delta", text)``, then ``("done", Finished)`` or ``("error", exception)``.
-Text is streamed as it becomes decodable; text that might be the start of a ``stop``
-string is held back until it is known not to be one, so streamed deltas always
-concatenate to the final text. One log line per finished request: id, prompt and
-completion tokens, time to first token, decode tokens/s.
+Text is streamed as it becomes decodable, decoding only the new ids
+(:class:`~mobius_runtime.text.TextStream`); text that might be the start of a ``stop``
+string is held back until it is known not to be one, so streamed deltas concatenate to
+the final text, which is ``generate()``'s for the same ids. One log line per finished
+request: id, prompt and completion tokens, time to first token, decode tokens/s, finish
+reason.
 """
 
 from __future__ import annotations
@@ -27,16 +30,16 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from mobius_runtime.batching import Batcher, Cohort
+from mobius_runtime.decoding import Decoding, FinishReason
 from mobius_runtime.errors import RequestError
-from mobius_runtime.requests import check_logits
-from mobius_runtime.sampling import pick
+from mobius_runtime.sampling import SamplingParams
 
 log = logging.getLogger("mobius_runtime.serve")
 
@@ -50,22 +53,11 @@ class EngineStopped(Exception):
 
 
 @dataclass(frozen=True)
-class Sampling:
-    """How one request picks tokens. ``temperature == 0`` is greedy."""
-
-    max_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class Finished:
     """What a finished request reports: its text, why it stopped and its token counts."""
 
     text: str
-    finish_reason: str  # "stop" | "length" | "cancelled"
+    reason: FinishReason
     prompt_tokens: int
     completion_tokens: int
     ttft_ms: float
@@ -78,15 +70,20 @@ class Request:
 
     id: str
     caller: dict[str, Any]
-    sampling: Sampling
+    row: Decoding
     sink: Callable[[str, Any], None]
     prompt_tokens: int = 0
-    ids: list[int] = field(default_factory=list)
-    emitted: str = ""
     cancelled: bool = False
     submitted: float = 0.0
     first: float | None = None
-    rng: Any = None
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return self.row.params
+
+    @property
+    def ids(self) -> list[int]:
+        return self.row.ids
 
 
 class Engine:
@@ -120,7 +117,7 @@ class Engine:
     def submit(
         self,
         caller: dict[str, Any],
-        sampling: Sampling,
+        sampling: SamplingParams,
         sink: Callable[[str, Any], None],
         request_id: str | None = None,
     ) -> Request:
@@ -132,11 +129,10 @@ class Engine:
         request = Request(
             id=request_id or f"req-{next(self._ids)}",
             caller=caller,
-            sampling=sampling,
+            row=Decoding(sampling, self.pipeline.text, self.stops, self.context),
             sink=sink,
             prompt_tokens=prompt,
             submitted=time.perf_counter(),
-            rng=np.random.default_rng(sampling.seed),
         )
         with self._cond:
             if self._stopping:
@@ -196,17 +192,17 @@ class Engine:
             self._waiting.clear()
         self._cohorts = []
         for request in left:
-            self._finish(request, "cancelled")
+            self._finish(request, FinishReason.CANCELLED)
 
     def _iterate(self) -> None:
-        self._drop(lambda r: r.cancelled, "cancelled")
+        self._drop(lambda r: r.cancelled, FinishReason.CANCELLED)
         while self.active < self.max_batch:
             with self._cond:
                 if not self._waiting:
                     break
                 request = self._waiting.popleft()
             if request.cancelled:
-                self._finish(request, "cancelled")
+                self._finish(request, FinishReason.CANCELLED)
                 continue
             self._admit(request)
         if not self._cohorts:
@@ -220,7 +216,7 @@ class Engine:
             finite = np.isfinite(np.max(logits, axis=-1))
             greedy = np.argmax(logits, axis=-1)
             for row, request in enumerate(rows):
-                token = int(greedy[row]) if request.sampling.temperature <= 0 else None
+                token = int(greedy[row]) if request.sampling.greedy else None
                 try:
                     self._take(request, logits[row], cohort.pasts[row], bool(finite[row]), token)
                 except Exception as exc:  # this row's own failure ends this row only
@@ -260,44 +256,14 @@ class Engine:
         finite: bool = False,
         greedy: int | None = None,
     ) -> None:
-        """Pick the next token of ``request``; stream its text; finish it when it stops.
-
-        ``finite``: the caller has checked that the row's largest logit is finite;
-        ``greedy``: the row's argmax, already taken (only for a greedy request).
-        """
-        s = request.sampling
-        try:
-            if not finite:
-                check_logits(logits, len(request.ids))
-        except RequestError as exc:  # NaN / inf: this request ends with the error
-            self._fail(request, exc)
-            return
-        if greedy is not None and s.temperature <= 0:
-            token = greedy
-        else:
-            token = pick(
-                logits,
-                do_sample=s.temperature > 0,
-                temperature=s.temperature or 1.0,
-                top_p=s.top_p,
-                rng=request.rng,
-            )
-        request.ids.append(token)
-        text = self.pipeline.text.decode(request.ids)
-        cut = _first_stop(text, s.stop)
-        if token in self.stops or cut is not None:
-            self._finish(request, "stop", text if cut is None else text[:cut])
-        elif len(request.ids) >= s.max_tokens or (
-            self.context is not None and past + 1 > self.context
-        ):
-            self._finish(request, "length", text)
-        else:
-            ready = text[: len(text) - _held_back(text, s.stop)]
-            if ready.endswith("\ufffd") or not ready.startswith(request.emitted):
-                return  # an incomplete character: wait for the next token
-            if len(ready) > len(request.emitted):
-                request.sink("delta", ready[len(request.emitted) :])
-                request.emitted = ready
+        """Pick the next token of ``request`` (:meth:`Decoding.take`); stream its text;
+        finish it when it stops. ``finite`` / ``greedy``: what the step already knows."""
+        row = request.row
+        _, piece = row.take(logits, past, finite, greedy)
+        if piece:
+            request.sink("delta", piece)
+        if row.reason is not None:
+            self._finish(request, row.reason)
 
     def _fail(self, request: Request, exc: Exception) -> None:
         """End ``request`` alone with ``exc`` (its row leaves the cohort at the step's end).
@@ -316,17 +282,16 @@ class Engine:
         except Exception:  # a sink that fails must not stop the others
             log.exception("%s: its sink failed", request.id)
 
-    def _finish(self, request: Request, reason: str, text: str | None = None) -> None:
+    def _finish(self, request: Request, reason: FinishReason) -> None:
+        """Report ``request`` done (its text: the final one, or what was released when it
+        is cancelled) and mark its row to leave the cohort."""
         now = time.perf_counter()
-        if text is None:
-            text = request.emitted
-        if len(text) > len(request.emitted) and text.startswith(request.emitted):
-            request.sink("delta", text[len(request.emitted) :])
-            request.emitted = text
-        n = len(request.ids)
+        row = request.row
+        text = row.text if row.reason is not None else row.stream.released
+        n = len(row.ids)
         ttft = ((request.first or now) - request.submitted) * 1000.0
         rate = (n - 1) / (now - request.first) if request.first and n > 1 else 0.0
-        finished = Finished(request.emitted, reason, request.prompt_tokens, n, ttft, rate)
+        finished = Finished(text, reason, request.prompt_tokens, n, ttft, rate)
         request.first = None  # marks it done: its row leaves the cohort
         self.finished[reason] += 1
         log.info(
@@ -340,7 +305,7 @@ class Engine:
         )
         request.sink("done", finished)
 
-    def _drop(self, gone: Callable[[Request], bool], reason: str | None) -> None:
+    def _drop(self, gone: Callable[[Request], bool], reason: FinishReason | None) -> None:
         """Remove the rows of requests for which ``gone`` holds (finishing them as ``reason``)."""
         if not any(gone(r) for _, rows in self._cohorts for r in rows):
             return  # the common step: nobody left, every cohort stays as it is
@@ -355,20 +320,3 @@ class Engine:
             if kept is not None:
                 cohorts.append((kept, [rows[i] for i in keep]))
         self._cohorts = cohorts
-
-
-def _first_stop(text: str, stops: Sequence[str]) -> int | None:
-    """Index where the earliest stop string begins in ``text``, or None."""
-    found = [i for i in (text.find(s) for s in stops if s) if i >= 0]
-    return min(found) if found else None
-
-
-def _held_back(text: str, stops: Sequence[str]) -> int:
-    """Length of the longest end of ``text`` that could begin a stop string."""
-    longest = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), longest, -1):
-            if stop.startswith(text[-n:]):
-                longest = n
-                break
-    return longest

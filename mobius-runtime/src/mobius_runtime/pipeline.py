@@ -12,6 +12,7 @@ under a lock.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -22,12 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from mobius_runtime.decoding import Decoding, FinishReason
 from mobius_runtime.errors import RequestError
 from mobius_runtime.executor import Executor
 from mobius_runtime.feeds import to_numpy
 from mobius_runtime.plan import Plan, compile_plan
-from mobius_runtime.requests import check_ids, check_logits, check_sampling, vocab_size
-from mobius_runtime.sampling import Sampler
+from mobius_runtime.requests import check_ids, vocab_size
+from mobius_runtime.sampling import Sampler, SamplingParams
 from mobius_runtime.text import TOKENIZER_FILE, TextSide, as_ids, context_length
 
 log = logging.getLogger("mobius_runtime")
@@ -46,7 +48,7 @@ class GenerationResult:
     prompt_ids: list[int]
     prefill_ms: float
     decode_ms: float
-    stop_reason: str  # "stop_id" | "max_new_tokens" | "context_length"
+    stop_reason: FinishReason  # a str: "stop_id", "stop_string", "max_new_tokens", …
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -361,6 +363,8 @@ class Pipeline:
         stop_ids: Iterable[int] | None = None,
         on_token: Callable[[int, str], None] | None = None,
         literal_special: bool = False,
+        stop: Sequence[str] = (),
+        sampling: SamplingParams | None = None,
     ) -> GenerationResult:
         """Generate up to ``max_new_tokens`` ids after ``messages``, a ``prompt`` or ``input_ids``.
 
@@ -372,21 +376,30 @@ class Pipeline:
         ``input_ids`` are the model's ids, placeholders already expanded.
         ``on_token(id, text_piece)`` is called as each token is chosen;
         ``text_piece`` is the newly decodable text (possibly empty while a
-        multi-byte character is incomplete). Generation stops at a stop id
-        (``stop_ids``, default: the family's), after ``max_new_tokens``, or at
-        the model's context length. ``literal_special=True`` tokenizes special markers
-        typed inside ``messages`` (``<|turn>``, ``<start_of_turn>``, ``<|im_start|>`` …)
-        as plain text, so only the chat template makes control tokens (the default
-        tokenizes them as the control tokens, as HF's ``apply_chat_template`` does).
+        multi-byte character is incomplete, or while it may begin a stop string).
+        Generation stops at a stop id (``stop_ids``, default: the family's), at a
+        ``stop`` string (the text cut where the earliest begins), after
+        ``max_new_tokens``, or at the model's context length (``stop_reason``:
+        :class:`~mobius_runtime.decoding.FinishReason`). The sampling and stopping
+        keywords build a :class:`~mobius_runtime.sampling.SamplingParams`; or pass one
+        as ``sampling=`` (then leave those keywords at their defaults).
+        ``literal_special=True`` tokenizes special markers typed inside ``messages``
+        (``<|turn>``, ``<start_of_turn>``, ``<|im_start|>`` …) as plain text, so only the
+        chat template makes control tokens (the default tokenizes them as the control
+        tokens, as HF's ``apply_chat_template`` does).
         """
         self.check_generative()
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise RequestError(
-                f"max_new_tokens must be at least 1, got {max_new_tokens}",
-                where="max_new_tokens",
-                fix="pass a positive number",
-            )
-        check_sampling(do_sample, temperature, top_k, top_p, seed)
+        options = {
+            "max_new_tokens": max_new_tokens,
+            "do_sample": do_sample,
+            "temperature": temperature,
+            "top_k": top_k,
+            "top_p": top_p,
+            "seed": seed,
+            "stop_ids": stop_ids,
+            "stop": stop,
+        }
+        params = _params(options, sampling)
         if sum(x is not None for x in (prompt, input_ids, messages)) != 1:
             raise RequestError(
                 "generate() needs exactly one of messages, prompt or input_ids",
@@ -407,13 +420,10 @@ class Pipeline:
         ids, caller = self.prepare(text, input_ids, images, audio, literal)
         prompt_len = int(ids.shape[1])
         # every position this request can hold: shared KV buffers are this long
-        capacity = prompt_len + max_new_tokens
+        capacity = prompt_len + params.max_tokens
         if self.context_length is not None:
             capacity = min(capacity, self.context_length)
-        sampler = Sampler(do_sample, temperature, top_k, top_p, seed)
-        result, _ = self.decode(
-            caller, ids, None, 0, capacity, max_new_tokens, sampler, stop_ids, on_token
-        )
+        result, _ = self.decode(caller, ids, None, 0, capacity, params, on_token)
         return result
 
     def check_generative(self) -> None:
@@ -527,23 +537,28 @@ class Pipeline:
         state: Any,
         past: int,
         capacity: int | None,
-        max_new_tokens: int,
-        sampler: Sampler,
-        stop_ids: Iterable[int] | None,
+        params: SamplingParams,
         on_token: Callable[[int, str], None] | None,
+        sampler: Sampler | None = None,
     ) -> tuple[GenerationResult, tuple[Any, int]]:
         """Prefill ``ids`` (after ``past`` cached positions in ``state``), then decode.
 
+        The per-token logic (pick, stream, stop) is :class:`~mobius_runtime.decoding.Decoding`,
+        the engine's too. ``sampler``: one whose random state continues (a conversation).
         Returns the result and (state, positions in it): every id fed to the model is in
         that state; the last generated id is not (it was never fed).
         """
-        stops = set(self.text.processors.stop_token_ids if stop_ids is None else stop_ids)
-        limit = self.context_length
+        row = Decoding(
+            params,
+            self.text,
+            self.text.processors.stop_token_ids,
+            self.context_length,
+            sampler,
+            live=on_token is not None,
+        )
         logits_key = self.plan.logits
         executor = self.executor
         caller = {**caller, "input_ids": ids}
-        generated: list[int] = []
-        stream = _Stream(self.text, on_token)
         start = time.perf_counter()
         values = executor.step(caller, state, past, capacity)
         logits = to_numpy(values[logits_key])[0, -1]
@@ -551,23 +566,12 @@ class Pipeline:
         past += int(ids.shape[1])
         prefill_ms = (time.perf_counter() - start) * 1000.0
         decode_start = time.perf_counter()
-        reason = "max_new_tokens"
         step_ids = np.zeros((1, 1), dtype=np.int64)
         while True:
-            if sampler.do_sample:
-                check_logits(logits, len(generated))
-            token = sampler.pick(logits)
-            if not np.isfinite(logits[token]):  # greedy: argmax lands on any NaN / +inf
-                check_logits(logits, len(generated))
-            generated.append(token)
-            stream.push(token)
-            if token in stops:
-                reason = "stop_id"
-                break
-            if len(generated) >= max_new_tokens:
-                break
-            if limit is not None and past + 1 > limit:
-                reason = "context_length"
+            token, piece = row.take(logits, past)
+            if on_token is not None:
+                on_token(token, piece)
+            if row.reason is not None:
                 break
             step_ids[0, 0] = token
             values = executor.step({"input_ids": step_ids}, state, past, capacity)
@@ -576,18 +580,34 @@ class Pipeline:
             past += 1
         decode_ms = (time.perf_counter() - decode_start) * 1000.0
         result = GenerationResult(
-            ids=generated,
-            text=self.text.decode(generated),
+            ids=list(row.ids),
+            text=row.text,
             prompt_ids=[int(i) for i in ids[0]],
             prefill_ms=prefill_ms,
             decode_ms=decode_ms,
-            stop_reason=reason,
+            stop_reason=row.reason,
         )
         return result, (state, past)
 
     @property
     def _vocab(self) -> int | None:
         return vocab_size(self.manifest)
+
+
+def _params(options: dict[str, Any], sampling: SamplingParams | None) -> SamplingParams:
+    """``generate()``'s sampling keywords (by name) as :class:`SamplingParams`, or its
+    ``sampling=`` when those keywords are left at their defaults."""
+    if sampling is None:
+        return SamplingParams.from_options(options.pop("max_new_tokens"), **options)
+    defaults = inspect.signature(Pipeline.generate).parameters
+    given = [k for k, v in options.items() if v != defaults[k].default]
+    if given:
+        raise RequestError(
+            f"generate() got sampling= and {', '.join(given)}",
+            where="generate()",
+            fix="put every setting in the SamplingParams, or pass only the keywords",
+        )
+    return sampling
 
 
 class _GraphPorts:
@@ -613,32 +633,3 @@ class _Port:
         self.name = value.name
         self.type = f"tensor({onnx.TensorProto.DataType.Name(tensor.elem_type).lower()})"
         self.shape = [d.dim_param or d.dim_value for d in tensor.shape.dim]
-
-
-class _Stream:
-    """Emits the newly decodable text after each token (holds back partial UTF-8).
-
-    Decodes only the ids since the last emitted piece (plus one id of context, so a
-    tokenizer's leading-space handling sees the same neighbour), never the whole
-    list: the cost per token is constant, not growing with the reply.
-    """
-
-    def __init__(self, text: TextSide, on_token: Callable[[int, str], None] | None) -> None:
-        self.text = text
-        self.on_token = on_token
-        self.ids: list[int] = []
-        self.start = 0  # ids[:start] are emitted
-        self.prefix = ""  # decode of ids[start - 1 : start] (context)
-
-    def push(self, token: int) -> None:
-        if self.on_token is None:
-            return
-        self.ids.append(token)
-        context = self.ids[max(self.start - 1, 0) :]
-        decoded = self.text.decode(context)
-        piece = ""
-        if not decoded.endswith("\ufffd") and decoded.startswith(self.prefix):
-            piece = decoded[len(self.prefix) :]
-            self.start = len(self.ids)
-            self.prefix = self.text.decode(self.ids[-1:])
-        self.on_token(token, piece)

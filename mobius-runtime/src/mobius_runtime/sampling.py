@@ -1,4 +1,5 @@
-"""Choosing the next token from the last position's logits, in numpy.
+"""How a request samples and stops (:class:`SamplingParams`), and choosing the next
+token from the last position's logits, in numpy.
 
 Greedy is ``argmax``. Sampling applies temperature, then top-k, then top-p
 (nucleus) to the softmax in float64, and draws with a ``numpy.random.Generator``
@@ -18,8 +19,13 @@ them first and end only that request).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+
+from mobius_runtime.errors import RequestError
+from mobius_runtime.requests import check_sampling
 
 
 def pick(
@@ -68,26 +74,97 @@ def pick(
     return int(rng.choice(probs.size, p=probs))
 
 
-class Sampler:
-    """Greedy or seeded sampling with fixed settings for one request."""
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request picks and stops: the one settings type of ``generate``,
+    :class:`~mobius_runtime.session.ChatSession`, ``mobius run`` / ``chat`` and ``mobius serve``.
 
-    def __init__(
-        self, do_sample: bool, temperature: float, top_k: int, top_p: float, seed: int | None
-    ) -> None:
-        self.do_sample = do_sample
-        self.temperature = temperature
-        self.top_k = top_k
-        self.top_p = top_p
-        self.rng = np.random.default_rng(seed) if do_sample else None
+    ``temperature == 0`` is greedy (then ``top_k``, ``top_p`` and ``seed`` do nothing);
+    ``top_k`` 0 is off. Generation ends at one of ``stop_ids`` (None: the family's stop
+    ids), when the text holds one of the ``stop`` strings (the text is cut where the
+    earliest begins), after ``max_tokens`` tokens, or at the model's context length.
+    Checked when built, by the rules of :func:`~mobius_runtime.requests.check_sampling`.
+    """
+
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_ids: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.max_tokens, bool)
+            or not isinstance(self.max_tokens, int)
+            or self.max_tokens < 1
+        ):
+            raise RequestError(
+                f"max_tokens must be at least 1, got {self.max_tokens!r}",
+                where="max_tokens",
+                fix="pass a positive number",
+            )
+        greedy = isinstance(self.temperature, (int, float)) and self.temperature == 0
+        check_sampling(not greedy, self.temperature, self.top_k, self.top_p, self.seed)
+        if not isinstance(self.stop, (tuple, list)) or not all(
+            isinstance(s, str) for s in self.stop
+        ):
+            raise RequestError(
+                f"stop must be a sequence of strings, got {self.stop!r}",
+                where="stop",
+                fix='e.g. stop=("\\n\\n",)',
+            )
+        object.__setattr__(self, "stop", tuple(self.stop))
+        if self.stop_ids is not None:
+            object.__setattr__(self, "stop_ids", tuple(int(i) for i in self.stop_ids))
+
+    @classmethod
+    def from_options(
+        cls,
+        max_tokens: int,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop_ids: Iterable[int] | None = None,
+        stop: Sequence[str] = (),
+    ) -> SamplingParams:
+        """The params of HF-style keyword arguments (``do_sample=False`` is greedy whatever
+        the temperature; every setting is still checked)."""
+        check_sampling(do_sample, temperature, top_k, top_p, seed)
+        return cls(
+            max_tokens=max_tokens,
+            temperature=temperature if do_sample else 0.0,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            stop=stop if isinstance(stop, str) else tuple(stop),  # a str is refused
+            stop_ids=None if stop_ids is None else tuple(stop_ids),
+        )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+class Sampler:
+    """:class:`SamplingParams` with the random state of one request (or one conversation)."""
+
+    def __init__(self, params: SamplingParams) -> None:
+        self.params = params
+        self.rng = None if params.greedy else np.random.default_rng(params.seed)
 
     def pick(self, logits: np.ndarray) -> int:
-        if not self.do_sample:
+        p = self.params
+        if p.greedy:
             return int(np.argmax(logits))
         return pick(
             logits,
             do_sample=True,
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
+            temperature=p.temperature,
+            top_k=p.top_k,
+            top_p=p.top_p,
             rng=self.rng,
         )

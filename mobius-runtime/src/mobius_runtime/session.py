@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mobius_runtime.chat import parse_messages
-from mobius_runtime.requests import check_sampling
-from mobius_runtime.sampling import Sampler
+from mobius_runtime.sampling import Sampler, SamplingParams
 from mobius_runtime.text import as_ids
 
 if TYPE_CHECKING:
@@ -43,14 +42,18 @@ class ChatSession:
         top_p: float = 1.0,
         seed: int | None = None,
         stop_ids: Iterable[int] | None = None,
+        sampling: SamplingParams | None = None,
     ) -> None:
+        """The sampling keywords build a :class:`SamplingParams` (as ``generate()``'s do);
+        or pass one as ``sampling=`` (its ``max_tokens`` is each reply's limit). The random
+        state of a seeded conversation runs on across turns."""
         pipeline.check_generative()
-        check_sampling(do_sample, temperature, top_k, top_p, seed)
         self.pipeline = pipeline
         self.system = system
-        self.max_new_tokens = max_new_tokens
-        self.stop_ids = None if stop_ids is None else list(stop_ids)
-        self._sampler = Sampler(do_sample, temperature, top_k, top_p, seed)
+        self.sampling = sampling or SamplingParams.from_options(
+            max_new_tokens, do_sample, temperature, top_k, top_p, seed, stop_ids
+        )
+        self._sampler = Sampler(self.sampling)
         self.reset()
 
     def reset(self) -> None:
@@ -145,15 +148,7 @@ class ChatSession:
                 caller.update(inputs)
             chunk, state, past = ids, None, 0
         result, (state, past) = p.decode(
-            caller,
-            chunk,
-            state,
-            past,
-            None,
-            self.max_new_tokens,
-            self._sampler,
-            self.stop_ids,
-            on_token,
+            caller, chunk, state, past, None, self.sampling, on_token, self._sampler
         )
         self.prefilled = int(chunk.shape[1])
         self._state = state

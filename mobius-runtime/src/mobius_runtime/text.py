@@ -377,6 +377,93 @@ class TextSide:
         return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=True)
 
 
+class TextStream:
+    """One reply's text, released piece by piece as its ids come, with constant work per id.
+
+    Each :meth:`push` decodes only the ids not yet released plus one id of context (so a
+    tokenizer's leading-space handling sees the same neighbour), never the whole reply;
+    an incomplete UTF-8 character is held back until it completes (at most
+    ``MAX_PENDING`` ids, then released as decoded). Text that may begin one of ``stops``
+    is held back until it is known not to; a stop string is searched for only in the
+    held-back tail and the new piece, where a new match must lie. :attr:`stopped` is
+    set when one is found; the text is cut where it begins. :meth:`finish` gives the
+    final text: ``decode(all ids)`` cut at the earliest stop string (one whole decode,
+    once) and the rest of it not yet released. ``live=False`` (nobody reads the pieces
+    and no stop string is asked for) skips the incremental decoding.
+    """
+
+    MAX_PENDING = 8  # ids an unfinished character may span before it is released anyway
+
+    def __init__(self, text: TextSide, stops: Sequence[str] = (), live: bool = True) -> None:
+        self._decode = text.decode
+        self.stops = tuple(s for s in stops if s)
+        self.live = live or bool(self.stops)
+        self.ids: list[int] = []
+        self.stopped = False
+        self._start = 0  # ids[:_start] are decoded into released or held text
+        self._prefix = ""  # decode of ids[_start - 1 : _start] (the context)
+        self._held = ""  # decoded text not released: it may begin a stop string
+        self._released: list[str] = []
+
+    @property
+    def released(self) -> str:
+        """The text released so far."""
+        return "".join(self._released)
+
+    def push(self, token: int) -> str:
+        """Add ``token``; returns the text it releases (possibly empty)."""
+        self.ids.append(token)
+        if not self.live or self.stopped:
+            return ""
+        decoded = self._decode(self.ids[max(self._start - 1, 0) :])
+        whole = decoded.startswith(self._prefix) and not decoded.endswith("\ufffd")
+        if not whole and len(self.ids) - self._start < self.MAX_PENDING:
+            return ""  # an incomplete character: wait for the next id
+        new = decoded[len(self._prefix) :] if decoded.startswith(self._prefix) else decoded
+        self._start = len(self.ids)
+        self._prefix = self._decode(self.ids[-1:])
+        text = self._held + new
+        cut = first_stop(text, self.stops)
+        if cut is not None:
+            self.stopped = True
+            piece, self._held = text[:cut], ""
+        else:
+            keep = held_back(text, self.stops)
+            piece, self._held = text[: len(text) - keep], text[len(text) - keep :]
+        if piece:
+            self._released.append(piece)
+        return piece
+
+    def finish(self) -> tuple[str, str]:
+        """(the final text, the part of it not released yet: now released)."""
+        final = self._decode(self.ids)
+        cut = first_stop(final, self.stops)
+        if cut is not None:
+            final = final[:cut]
+        released = self.released
+        rest = final[len(released) :] if final.startswith(released) else ""
+        if rest:
+            self._released.append(rest)
+        return final, rest
+
+
+def first_stop(text: str, stops: Sequence[str]) -> int | None:
+    """Index where the earliest stop string begins in ``text``, or None."""
+    found = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+    return min(found) if found else None
+
+
+def held_back(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest end of ``text`` that could begin a stop string."""
+    longest = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), longest, -1):
+            if stop.startswith(text[-n:]):
+                longest = n
+                break
+    return longest
+
+
 _PLANE_15 = re.compile("[\U000f0000-\U000ffffd]")  # private use: the markers' stand-ins
 
 

@@ -32,7 +32,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from mobius.errors import MobiusError
-from mobius_runtime.engine import Engine, EngineStopped, Finished, QueueFull, Sampling
+from mobius_runtime.decoding import FinishReason
+from mobius_runtime.engine import Engine, EngineStopped, Finished, QueueFull
+from mobius_runtime.sampling import SamplingParams
 from mobius_runtime.serve import errors, media
 from mobius_runtime.serve.errors import ApiError
 from mobius_runtime.serve.schemas import ChatRequest, CompletionRequest, Message
@@ -260,7 +262,7 @@ async def _answer(
     if limit is None:  # KV buffers are sized by the limit: a bounded default
         context = settings.pipeline.context_length
         limit = DEFAULT_MAX_TOKENS if context is None else min(DEFAULT_MAX_TOKENS, context - prompt)
-    sampling = Sampling(
+    sampling = SamplingParams(
         max_tokens=int(limit),
         temperature=body.temperature,
         top_p=body.top_p,
@@ -312,7 +314,7 @@ async def _answer(
 
 def _shut(kind: str, data: Any) -> bool:
     """The server is stopping: ``shut_down`` said so, or the engine cancelled the request."""
-    return kind == "shutdown" or (kind == "done" and data.finish_reason == "cancelled")
+    return kind == "shutdown" or (kind == "done" and data.reason == FinishReason.CANCELLED)
 
 
 def _shutdown_error(generated: int) -> ApiError:
@@ -336,6 +338,20 @@ def _engine_error(exc: Exception) -> ApiError:
     return ApiError(500, f"the model failed on this request: {type(exc).__name__}: {exc}")
 
 
+OPENAI_FINISH = {
+    FinishReason.STOP_ID: "stop",
+    FinishReason.STOP_STRING: "stop",
+    FinishReason.MAX_TOKENS: "length",
+    FinishReason.CONTEXT: "length",
+}
+
+
+def finish_reason(reason: FinishReason) -> str:
+    """OpenAI's ``finish_reason`` for the runtime's (a cancelled request gets none: the
+    server answers it with an error, see :func:`_shutdown_error`)."""
+    return OPENAI_FINISH[reason]
+
+
 def _usage(done: Finished) -> dict[str, int]:
     return {
         "prompt_tokens": done.prompt_tokens,
@@ -350,10 +366,15 @@ def _whole(head: dict[str, Any], done: Finished, chat: bool) -> dict[str, Any]:
             "index": 0,
             "message": {"role": "assistant", "content": done.text},
             "logprobs": None,
-            "finish_reason": done.finish_reason,
+            "finish_reason": finish_reason(done.reason),
         }
         return {**head, "object": "chat.completion", "choices": [choice], "usage": _usage(done)}
-    choice = {"index": 0, "text": done.text, "logprobs": None, "finish_reason": done.finish_reason}
+    choice = {
+        "index": 0,
+        "text": done.text,
+        "logprobs": None,
+        "finish_reason": finish_reason(done.reason),
+    }
     return {**head, "object": "text_completion", "choices": [choice], "usage": _usage(done)}
 
 
@@ -395,7 +416,7 @@ async def _stream(
                     generated = data.completion_tokens if data else len(handle.ids)
                     yield _sse(_shutdown_error(generated).body())
                     break
-                yield chunk({} if chat else "", data.finish_reason)
+                yield chunk({} if chat else "", finish_reason(data.reason))
                 if usage:
                     yield _sse({**head, "object": kind_name, "choices": [], "usage": _usage(data)})
                 break
