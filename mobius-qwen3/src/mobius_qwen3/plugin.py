@@ -84,3 +84,10 @@ def mobius_runtime_files(config, contract, checkpoint, options: BuildOptions):
     from mobius_qwen3.runtime_files import runtime_files
 
     return runtime_files(config, checkpoint, options)
+
+
+@hookimpl(optionalhook=True)  # optional: a core before hook API 1.2 has no such hook
+def mobius_gguf_translation(architecture: str, metadata, tensors):
+    from mobius_qwen3.gguf import translate
+
+    return translate(architecture, metadata, tensors)

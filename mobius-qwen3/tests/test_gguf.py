@@ -1,0 +1,170 @@
+"""Qwen3 GGUF files: written from testdata/tiny-qwen3 the way llama.cpp's
+convert_hf_to_gguf.py writes them, built with ``mobius build FILE.gguf``, equal to the
+safetensors build."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import TESTDATA
+
+TINY = TESTDATA / "tiny-qwen3"
+MOBIUS = str(Path(sys.executable).parent / "mobius")
+
+
+def _qwen3_gguf(path, ggml_type: str):
+    """A Qwen3 GGUF of the tiny checkpoint: llama.cpp's ``qwen3.*`` keys, tensor names,
+    no permutation (Qwen is not permuted), 2-D tensors in ``ggml_type``."""
+    from mobius.checkpoint import open_local
+    from mobius_testing.gguf_files import gpt2_tokenizer_metadata, write_gguf
+
+    cfg = json.loads((TINY / "config.json").read_text())
+    ckpt = open_local(TINY)
+    weights = {name: ckpt.read(name).astype(np.float32) for name in ckpt.tensors}
+    a = "qwen3"
+    meta = {
+        "general.name": "tiny-qwen3",
+        f"{a}.block_count": cfg["num_hidden_layers"],
+        f"{a}.context_length": cfg["max_position_embeddings"],
+        f"{a}.embedding_length": cfg["hidden_size"],
+        f"{a}.feed_forward_length": cfg["intermediate_size"],
+        f"{a}.attention.head_count": cfg["num_attention_heads"],
+        f"{a}.attention.head_count_kv": cfg["num_key_value_heads"],
+        f"{a}.rope.freq_base": float(cfg["rope_parameters"]["rope_theta"]),
+        f"{a}.attention.layer_norm_rms_epsilon": float(cfg["rms_norm_eps"]),
+        f"{a}.attention.key_length": cfg["head_dim"],
+        f"{a}.attention.value_length": cfg["head_dim"],
+        **gpt2_tokenizer_metadata(TINY, pre="gpt-2"),
+    }
+    names = {
+        "input_layernorm": "attn_norm",
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "self_attn.q_norm": "attn_q_norm",
+        "self_attn.k_norm": "attn_k_norm",
+        "post_attention_layernorm": "ffn_norm",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    }
+    tensors = [
+        ("token_embd.weight", weights["model.embed_tokens.weight"], ggml_type),
+        ("output_norm.weight", weights["model.norm.weight"], ggml_type),
+    ]
+    for name, array in weights.items():
+        m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)\.weight", name)
+        if m:
+            tensors.append((f"blk.{m[1]}.{names[m[2]]}.weight", array, ggml_type))
+    return write_gguf(path, a, meta, tensors)
+
+
+@pytest.fixture(scope="module")
+def gguf_builds(tmp_path_factory):
+    """type -> (gguf file, package built with --dtype f32), built through the CLI."""
+    root = tmp_path_factory.mktemp("qwen3-gguf")
+    out = {}
+    for kind in ("F32", "F16", "Q8_0"):
+        path = _qwen3_gguf(root / f"tiny-qwen3-{kind}.gguf", kind)
+        package = root / f"pkg-{kind}"
+        done = subprocess.run(
+            [MOBIUS, "build", str(path), str(package),
+             "--dtype", "f32"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        out[kind] = (path, package)
+    return out
+
+
+@pytest.mark.l2
+@pytest.mark.parametrize("kind", ["F32", "F16", "Q8_0"])
+def test_gguf_package_equals_safetensors_build(gguf_builds, mobius_build, kind):
+    pytest.importorskip("onnxruntime")
+    from qwen3_ref.run import load_pipeline, step_logits
+
+    ids = np.random.default_rng(11).integers(6, 512, size=(1, 24), dtype=np.int64)
+    ref_pipe = load_pipeline(mobius_build(TINY, dtype="f32"))
+    gguf_pipe = load_pipeline(gguf_builds[kind][1])
+    ref = step_logits(ref_pipe, ids, 16)
+    got = step_logits(gguf_pipe, ids, 16)
+    delta = float(np.abs(ref - got).max())
+    scale = float(np.abs(ref).max())
+    print(f"\n[gguf {kind}] max|Δ logits| vs safetensors build: {delta:.3e} (of {scale:.2f})")
+    if kind == "Q8_0":
+        # int8 blocks of 32 (≤ 0.4% per weight): the random tiny model amplifies that to a
+        # few percent of its logits, so the check is on the decisions
+        assert (ref.argmax(-1) == got.argmax(-1)).mean() >= 0.9
+        prompt = [5, 17, 42, 99]
+        want = ref_pipe.generate(input_ids=prompt, max_new_tokens=12).ids
+        assert gguf_pipe.generate(input_ids=prompt, max_new_tokens=12).ids == want
+    else:
+        assert delta <= 1e-4
+
+
+@pytest.mark.l2
+def test_gguf_package_tokenizer_and_template(gguf_builds):
+    """tokenizer.json made from the metadata gives the checkpoint's ids; the chat template
+    and the eos id come across."""
+    tokenizers = pytest.importorskip("tokenizers")
+    package = gguf_builds["F32"][1]
+    mine = tokenizers.Tokenizer.from_file(str(package / "tokenizer.json"))
+    theirs = tokenizers.Tokenizer.from_file(str(TINY / "tokenizer.json"))
+    for text in ["We hold these truths", "  spaces\tand\nnew lines  ", "ünïcödé ✓ 123",
+                 "<|im_start|>user\nhi<|im_end|>", "def f(x):\n    return x**2"]:  # fmt: skip
+        assert mine.encode(text).ids == theirs.encode(text).ids, text
+        assert mine.decode(mine.encode(text).ids) == theirs.decode(theirs.encode(text).ids)
+    template = (package / "chat_template.jinja").read_text()
+    assert template == (TINY / "chat_template.jinja").read_text()
+    generation = json.loads((package / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == [2]
+    tcfg = json.loads((package / "tokenizer_config.json").read_text())
+    assert tcfg["eos_token"] == "<|im_end|>" and tcfg["add_bos_token"] is False
+    from mobius.package import MANIFEST_NAME
+
+    manifest = json.loads((package / MANIFEST_NAME).read_text())
+    assert manifest["source"]["kind"] == "gguf"
+    assert list(manifest["source"]["files"]) == ["tiny-qwen3-F32.gguf"]
+    assert manifest["config"]["tie_word_embeddings"] is True
+
+
+@pytest.mark.l2
+def test_gguf_with_a_tensor_qwen3_does_not_know(tmp_path):
+    """A tensor name outside Qwen3's is refused in one line, nothing written."""
+    import gguf
+
+    path = _qwen3_gguf(tmp_path / "q.gguf", "F32")
+    reader = gguf.GGUFReader(path)
+    writer = gguf.GGUFWriter(str(tmp_path / "extra.gguf"), "qwen3")
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        value = field.contents()
+        kind = field.types[0]
+        if kind == gguf.GGUFValueType.ARRAY:
+            writer.add_key_value(key, value, kind, sub_type=field.types[-1])
+        else:
+            writer.add_key_value(key, value, kind)
+    for t in reader.tensors:
+        writer.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
+    writer.add_tensor("blk.0.ffn_gate_inp.weight", np.zeros((4, 64), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    out = tmp_path / "pkg"
+    done = subprocess.run(
+        [MOBIUS, "build", str(tmp_path / "extra.gguf"), str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "blk.0.ffn_gate_inp.weight" in done.stderr and "not ones the family knows" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not out.exists()
