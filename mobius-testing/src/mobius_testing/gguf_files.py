@@ -21,9 +21,12 @@ NORMAL, CONTROL, USER_DEFINED = 1, 3, 4
 
 def encode(array: np.ndarray, ggml_type: str) -> tuple[np.ndarray, str]:
     """(data for ``GGUFWriter.add_tensor``, type) of an HF float tensor; 1-D tensors stay
-    F32, as llama.cpp's converter keeps them."""
+    F32, as llama.cpp's converter keeps them. A uint8 array is taken as already encoded
+    blocks of ``ggml_type`` (for types gguf cannot quantize: the K-quants)."""
     import gguf
 
+    if array.dtype == np.uint8:
+        return array, ggml_type
     array = np.asarray(array, dtype=np.float32)
     if array.ndim == 1:
         ggml_type = "F32"
