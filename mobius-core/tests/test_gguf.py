@@ -212,15 +212,18 @@ def test_gpt2_tokenizer_from_metadata_matches_the_checkpoint(tmp_path):
     assert ckpt.file("tokenizer.model") is None
 
 
-def test_qwen2_pre_tokenizer_splits_digits_and_keeps_eot_as_a_stop(tmp_path):
+@pytest.mark.parametrize("pre", ["qwen2", "smollm"])
+def test_digit_splitting_pre_tokenizers_and_eot_as_a_stop(tmp_path, pre):
     tokenizers = pytest.importorskip("tokenizers")
-    meta = gpt2_tokenizer_metadata(TINY_QWEN3, pre="qwen2")
+    meta = gpt2_tokenizer_metadata(TINY_QWEN3, pre=pre)
     meta["tokenizer.ggml.eot_token_id"] = 0
     path = toy_file(tmp_path / "m.gguf", [("w", np.ones(32, np.float32), "F32")], meta)
     ckpt = open_toy(path)
     tok = tokenizers.Tokenizer.from_file(str(ckpt.file("tokenizer.json")))
-    pieces = tok.encode("year 2024").tokens
-    assert pieces[-4:] == ["2", "0", "2", "4"]  # Qwen2's split: one digit per piece
+    pieces = [p for p, _ in tok.pre_tokenizer.pre_tokenize_str("year 2024")]
+    assert pieces[-4:] == ["2", "0", "2", "4"]  # one digit per piece
+    gpt2 = tokenizers.Tokenizer.from_file(str(TINY_QWEN3 / "tokenizer.json"))
+    assert [p for p, _ in gpt2.pre_tokenizer.pre_tokenize_str("year 2024")][-1] == "Ġ2024"
     assert json.loads(ckpt.file("generation_config.json").read_text())["eos_token_id"] == [2, 0]
 
 

@@ -330,6 +330,7 @@ def _reader_class() -> type:
     import gguf
 
     array_type = int(gguf.GGUFValueType.ARRAY)
+    itemsizes: dict[Any, int] = {}
 
     class BoundedReader(gguf.GGUFReader):
         def __init__(self, path: Path) -> None:
@@ -337,12 +338,12 @@ def _reader_class() -> type:
             super().__init__(path, "r")
 
         def _get(self, offset: int, dtype: Any, count: int = 1, override_order: Any = None):
-            count = int(count)
-            end = int(offset) + np.dtype(dtype).itemsize * count
-            if offset < 0 or end > len(self.data):
+            width = itemsizes.get(dtype) or itemsizes.setdefault(dtype, np.dtype(dtype).itemsize)
+            end = int(offset) + width * int(count)
+            if offset < 0 or end > self.data.size:
                 raise _Malformed(
                     f"it claims {end - int(offset)} bytes at offset {int(offset)}, past the end "
-                    f"of the {len(self.data)}-byte file (truncated, or a length that lies)"
+                    f"of the {self.data.size}-byte file (truncated, or a length that lies)"
                 )
             return super()._get(offset, dtype, count, override_order)
 

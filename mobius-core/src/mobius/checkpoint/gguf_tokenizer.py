@@ -38,6 +38,7 @@ _LLAMA3 = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+DIGITS = "digits"
 PRE_TOKENIZERS: dict[str, str | None] = {
     "default": None,
     "gpt-2": None,
@@ -45,9 +46,12 @@ PRE_TOKENIZERS: dict[str, str | None] = {
     "qwen2": _QWEN2,
     "llama-bpe": _LLAMA3,
     "llama3": _LLAMA3,
+    "smollm": DIGITS,
 }
-"""``tokenizer.ggml.pre`` → the split regex before byte-level encoding (None: GPT-2's own,
-``ByteLevel(use_regex=True)``)."""
+"""``tokenizer.ggml.pre`` → the split before byte-level encoding: a regex, None for GPT-2's
+own (``ByteLevel(use_regex=True)``), or :data:`DIGITS` for GPT-2's after every digit is
+split off alone (llama.cpp's ``smollm``: ``\\p{N}`` first, then GPT-2's regex; SmolLM2's
+own tokenizer.json says ``Digits(individual_digits=True)`` then ``ByteLevel``)."""
 
 _IDS = {
     "bos": "tokenizer.ggml.bos_token_id",
@@ -187,9 +191,12 @@ def _byte_level_bpe(metadata: Mapping[str, Any], tokens: list[str], types: list[
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges,
                                      unk_token=tokens[unk] if unk is not None else None))  # fmt: skip
     regex = PRE_TOKENIZERS[pre]
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=regex is None)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=regex in (None, DIGITS))
     if regex is None:
         tokenizer.pre_tokenizer = byte_level
+    elif regex == DIGITS:
+        digits = pre_tokenizers.Digits(individual_digits=True)
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level])
     else:
         split = pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False)
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence([split, byte_level])
