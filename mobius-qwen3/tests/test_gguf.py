@@ -168,3 +168,48 @@ def test_gguf_with_a_tensor_qwen3_does_not_know(tmp_path):
     assert "blk.0.ffn_gate_inp.weight" in done.stderr and "not ones the family knows" in done.stderr
     assert "Traceback" not in done.stderr
     assert not out.exists()
+
+
+@pytest.mark.l3
+@pytest.mark.reference
+def test_gguf_package_matches_hf_gguf_loader(gguf_builds):
+    """The config the translation builds is the checkpoint's; HF transformers' own GGUF
+    loader is the reference for the weights (its tensor mapping and dequantization) and the
+    tokenizer. HF 5.24 reads no ``qwen3.attention.key_length`` (head_dim falls back to
+    Qwen3's 128, wrong for this tiny model), so it gets the checkpoint's config.json."""
+    from mobius_testing.reference import missing_reference
+
+    if (reason := missing_reference()) is not None:
+        pytest.skip(reason)
+    import torch
+    from qwen3_ref.run import load_pipeline, step_logits
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    path, package = gguf_builds["F32"]
+    from mobius.package import MANIFEST_NAME
+
+    translated = json.loads((package / MANIFEST_NAME).read_text())["config"]
+    truth = json.loads((TINY / "config.json").read_text())
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings",
+                "max_position_embeddings", "rms_norm_eps", "eos_token_id"):  # fmt: skip
+        assert translated[key] == truth[key], key
+    assert translated["rope_parameters"] == truth["rope_parameters"]
+    hf = AutoModelForCausalLM.from_pretrained(
+        str(path.parent),
+        gguf_file=path.name,
+        config=AutoConfig.from_pretrained(str(TINY)),
+        dtype=torch.float32,
+    ).eval()
+    ids = np.random.default_rng(3).integers(6, 512, size=(1, 24), dtype=np.int64)
+    with torch.no_grad():
+        ref = hf(torch.from_numpy(ids)).logits.numpy()
+    got = step_logits(load_pipeline(package), ids, 16)
+    delta = float(np.abs(ref - got).max())
+    print(f"\n[L3] qwen3 GGUF F32 vs HF's GGUF loader: max|Δ| {delta:.3e}")
+    assert delta <= 1e-4
+    hf_tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    tokenizers = pytest.importorskip("tokenizers")
+    mine = tokenizers.Tokenizer.from_file(str(package / "tokenizer.json"))
+    for text in ["We hold these truths", "  a\tb\n\nc ", "ünï ✓", "<|im_start|>user\nhi"]:
+        assert mine.encode(text).ids == hf_tok(text)["input_ids"], text

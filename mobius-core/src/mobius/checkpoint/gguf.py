@@ -428,6 +428,17 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def _value(field: Any) -> Any:
+    """A metadata field's value in Python; a float32 scalar as the shortest decimal that
+    rounds to it (``1e-06``, the value the converter was given, not 9.99999997e-07)."""
+    import gguf
+
+    value = field.contents()
+    if list(field.types) == [gguf.GGUFValueType.FLOAT32]:
+        return float(str(np.float32(value)))
+    return value
+
+
 def read_gguf(path: Path) -> tuple[dict[str, Any], list[_RawTensor]]:
     """(metadata key → Python value, tensor infos) of one GGUF file, validated.
 
@@ -449,7 +460,7 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], list[_RawTensor]]:
         if reader.byte_order != "I":
             raise _Malformed("it is big-endian; mobius reads little-endian GGUF files")
         metadata = {
-            key: field.contents()
+            key: _value(field)
             for key, field in reader.fields.items()
             if not key.startswith("GGUF.")
         }

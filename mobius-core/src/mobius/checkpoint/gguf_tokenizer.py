@@ -26,6 +26,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from mobius.checkpoint.gguf import _short as _brief
 from mobius.errors import CheckpointError
 
 CONTROL, USER_DEFINED, UNUSED, BYTE = 3, 4, 5, 6
@@ -145,11 +146,6 @@ def side_files(metadata: Mapping[str, Any], *, where: str) -> dict[str, bytes]:
     if generation:
         files["generation_config.json"] = json.dumps(generation, indent=2).encode()
     return files
-
-
-def _brief(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:80] + "…"
 
 
 def _list(metadata: Mapping[str, Any], key: str, size: int, kind: type, where: str) -> list[Any]:
