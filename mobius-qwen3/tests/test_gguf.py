@@ -213,3 +213,33 @@ def test_gguf_package_matches_hf_gguf_loader(gguf_builds):
     mine = tokenizers.Tokenizer.from_file(str(package / "tokenizer.json"))
     for text in ["We hold these truths", "  a\tb\n\nc ", "ünï ✓", "<|im_start|>user\nhi"]:
         assert mine.encode(text).ids == hf_tok(text)["input_ids"], text
+
+
+@pytest.mark.l2
+@pytest.mark.parametrize(("kind", "quant"), [("Q8_0", "int8"), ("Q4_0", "int4")])
+def test_quant_keeps_the_gguf_blocks(tmp_path, kind, quant):
+    """``--quant int8`` on Q8_0 tensors / ``--quant int4`` on Q4_0 ones (block 32,
+    symmetric) writes the file's own blocks into MatMulNBits / GatherBlockQuantized: the
+    package computes what the dequantized (--dtype f32) build of the same file does."""
+    pytest.importorskip("onnxruntime")
+    import onnx
+    from qwen3_ref.run import load_pipeline, step_logits
+
+    path = _qwen3_gguf(tmp_path / f"m-{kind}.gguf", kind)
+    packages = {}
+    for label, extra in (("float", []), ("kept", ["--quant", quant])):
+        packages[label] = tmp_path / label
+        done = subprocess.run(
+            [MOBIUS, "build", str(path), str(packages[label]), "--dtype", "f32", *extra],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+    graph = onnx.load(str(packages["kept"] / "model" / "model.onnx"), load_external_data=False)
+    ops = [node.op_type for node in graph.graph.node]
+    assert ops.count("MatMulNBits") >= 7 * 3 and "GatherBlockQuantized" in ops
+    ids = np.random.default_rng(13).integers(6, 512, size=(1, 20), dtype=np.int64)
+    ref = step_logits(load_pipeline(packages["float"]), ids, 12)
+    got = step_logits(load_pipeline(packages["kept"]), ids, 12)
+    delta = float(np.abs(ref - got).max())
+    print(f"\n[gguf {kind} kept as {quant}] max|Δ| vs the dequantized build: {delta:.3e}")
+    assert delta <= 1e-4

@@ -84,6 +84,10 @@ _PLAIN = {
 """GGUF types served as they are (mobius dtype name); every other type is dequantized to
 float32."""
 
+KEPT = {"Q8_0": 8, "Q4_0": 4}
+"""GGUF types whose blocks are exactly a symmetric MatMulNBits / GatherBlockQuantized
+scheme (block 32): ``--quant int8`` / ``int4`` keeps them as they are."""
+
 _NUMPY = {
     "float32": np.dtype("<f4"),
     "float16": np.dtype("<f2"),
@@ -607,6 +611,44 @@ class GGUFCheckpoint(Checkpoint):
         for transform in info.transforms:
             out = transform.apply(out, info.stored_shape)
         return out
+
+    def stored_quantized(
+        self, name: str, bits: int, block_size: int, symmetric: bool, scale_dtype: Any
+    ) -> Any:
+        """A reader ``(r0, r1) -> mobius.weights.quantize.QuantizedRows`` of tensor
+        ``name``'s own blocks when they are exactly MatMulNBits' ``bits`` / ``block_size``
+        symmetric scheme (:data:`KEPT`: Q8_0 = 8 bits, zero point 128; Q4_0 = 4 bits, zero
+        point 8; blocks of 32, one fp16 scale each), else None. The scales are stored in
+        ``scale_dtype`` (float32 or float16: exact for fp16 scales; bfloat16 is not)."""
+        info = self.tensors.get(name)
+        if (
+            not isinstance(info, GGUFTensorInfo)
+            or KEPT.get(info.ggml_type) != bits
+            or block_size != 32
+            or not symmetric
+            or info.transforms
+            or len(info.shape) != 2
+            or np.dtype(scale_dtype) not in (np.dtype(np.float32), np.dtype(np.float16))
+        ):
+            return None
+        return lambda first, stop: self._stored_rows(info, bits, np.dtype(scale_dtype), first, stop)
+
+    def _stored_rows(
+        self, info: GGUFTensorInfo, bits: int, scale_dtype: np.dtype, first: int, stop: int
+    ) -> Any:
+        from mobius.weights.quantize import QuantizedRows
+
+        rows, cols = stop - first, info.row_length
+        blocks = np.empty((rows, cols // 32, 2 + 32 * bits // 8), dtype=np.uint8)
+        _read_exact(info, info.start + first * blocks[0].size, memoryview(blocks.reshape(-1)))
+        scales = blocks[..., :2].copy().view(np.float16)[..., 0].astype(scale_dtype)
+        if bits == 8:  # int8 q; MatMulNBits reads (u - 128): u = q + 128
+            packed = (blocks[..., 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+        else:  # Q4_0 byte j holds elements j (low) and j + 16 (high); MatMulNBits 2j, 2j + 1
+            qs = blocks[..., 2:]
+            nibbles = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+            packed = (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).astype(np.uint8)
+        return QuantizedRows(packed=packed, scales=scales, zero_points=None)
 
 
 def _read_exact(info: GGUFTensorInfo, offset: int, buffer: memoryview) -> None:
