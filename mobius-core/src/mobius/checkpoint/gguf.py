@@ -358,11 +358,24 @@ def _reader_class() -> type:
                 if item_type == array_type:
                     raise _Malformed(f"a metadata array at offset {orig_offs} holds arrays")
                 self._elements += count
-                if count > len(self.data) - orig_offs or self._elements > MAX_ARRAY_ELEMENTS:
+                if count > self.data.size - orig_offs or self._elements > MAX_ARRAY_ELEMENTS:
                     raise _Malformed(
                         f"a metadata array at offset {orig_offs} claims {count} elements "
                         f"(at most {MAX_ARRAY_ELEMENTS} in all, each at least one byte)"
                     )
+                try:
+                    scalar = self.gguf_scalar_to_np.get(gguf.GGUFValueType(item_type))
+                except ValueError:
+                    scalar = None  # the reader's own branch names the unknown type
+                if scalar is not None:
+                    # One view of the whole array instead of the reader's one per element
+                    # (1M scores: 45 s and 700 MB as elements). contents() flattens the
+                    # parts it indexes, so one part holding every value reads the same.
+                    head = self._get(orig_offs, np.uint32)
+                    length = self._get(orig_offs + 4, np.uint64)
+                    values = self._get(orig_offs + 12, scalar, count)
+                    kinds = [gguf.GGUFValueType.ARRAY, gguf.GGUFValueType(item_type)]
+                    return 12 + int(values.nbytes), [head, length, values], [2], kinds
             return super()._get_field_parts(orig_offs, raw_type)
 
         def _build_fields(self, offs: int, count: int) -> int:
