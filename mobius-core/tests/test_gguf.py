@@ -187,6 +187,14 @@ def test_folder_holding_one_file_and_splits(tmp_path):
         open_toy(two)
 
 
+def test_a_missing_gguf_file_is_named(tmp_path):
+    import mobius
+
+    with pytest.raises(CheckpointError, match="GGUF file not found"):
+        mobius.build(str(tmp_path / "nope.gguf"), tmp_path / "out", host=host_with())
+    assert not (tmp_path / "out").exists()
+
+
 def test_no_family_for_the_architecture(tmp_path):
     path = write_gguf(tmp_path / "m.gguf", "mamba9", {}, [("w", np.ones(32, np.float32), "F32")])
     with pytest.raises(CheckpointError, match="no installed plugin reads GGUF architecture"):

@@ -258,11 +258,11 @@ class _RawTensor:
 
 
 def is_gguf_source(source: str) -> bool:
-    """Whether ``source`` names a GGUF file, or a folder without ``config.json`` that holds
-    ``.gguf`` files (cheap: names only)."""
+    """Whether ``source`` names a GGUF file (existing or not), or a folder without
+    ``config.json`` that holds ``.gguf`` files (cheap: names only)."""
     path = Path(source).expanduser()
-    if path.is_file():
-        return path.suffix.lower() == SUFFIX
+    if path.suffix.lower() == SUFFIX and not path.is_dir():
+        return True  # a missing one too: the opener then says so
     if path.is_dir() and not (path / "config.json").exists():
         return any(p.suffix.lower() == SUFFIX for p in path.iterdir())
     return False
