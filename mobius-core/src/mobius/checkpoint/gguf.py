@@ -404,6 +404,10 @@ def _reader_class() -> type:
                         f"{_gguf_version()} knows {len(gguf.GGMLQuantizationType)} types)"
                     ) from None
                 size = math.prod(int(d) for d in dims)
+                if qtype not in gguf.GGML_QUANT_SIZES:
+                    raise _Malformed(
+                        f"tensor {label} has type {qtype.name}, of no known block size"
+                    )
                 block, type_size = gguf.GGML_QUANT_SIZES[qtype]
                 if size * type_size // block > len(self.data) or (
                     len(dims) and int(dims[0]) % block
@@ -499,7 +503,7 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], list[_RawTensor]]:
         what = str(exc) or type(exc).__name__
         if isinstance(exc, UnicodeDecodeError):
             what = "a string in it is not UTF-8"
-        elif isinstance(exc, KeyError):
+        elif isinstance(exc, KeyError) and "Duplicate" in str(exc):
             what = (
                 f"a metadata key is given twice ({_short(str(exc.args[0] if exc.args else exc))})"
             )
