@@ -281,3 +281,18 @@ def test_contract_that_disagrees_with_the_graph(tiny_checkpoint, tmp_path) -> No
     assert_failed_cleanly(cli_build(host, tiny_checkpoint, out), out, "z")
     with pytest.raises(ContractError):
         mobius.build(str(tiny_checkpoint), str(out), host=host)
+
+
+@pytest.mark.parametrize(("target", "warned"), [("default", True), ("cpu", True), ("cuda", False)])
+def test_bf16_for_a_target_that_includes_cpu_warns_at_build(
+    tiny_host, tiny_checkpoint, tmp_path, caplog, target: str, warned: bool
+) -> None:
+    """Was silent; the package then failed to load on CPU (no bfloat16 kernels)."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="mobius.builder"):
+        mobius.build(
+            str(tiny_checkpoint), tmp_path / "out", dtype="bf16", target=target, host=tiny_host
+        )
+    expected = f"--dtype bf16 with --target {target}: the package will run on CUDA only"
+    assert (expected in caplog.text) == warned, caplog.text

@@ -211,12 +211,12 @@ def test_hub_cache_blob_names_are_used_as_hashes(
     assert ckpt.source.files["model.safetensors"] == digest
 
 
-def _hub_error(name: str) -> Exception:
+def _hub_error(name: str, text: str | None = None) -> Exception:
     from huggingface_hub import errors
 
     cls = getattr(errors, name)
     exc = cls.__new__(cls)
-    Exception.__init__(exc, f"fake {name}")
+    Exception.__init__(exc, text or f"fake {name}")
     return exc
 
 
@@ -301,28 +301,31 @@ def test_a_non_network_exception_is_not_renamed(monkeypatch: pytest.MonkeyPatch)
         open_hub("owner/name")
 
 
+@pytest.mark.parametrize(("offline", "hub_says"), [("", "cannot reach"), ("1", "HF_HUB_OFFLINE")])
 def test_a_mistyped_local_path_says_no_such_folder(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, offline: str, hub_says: str
 ) -> None:
+    """The folder comes first, in one line, whatever HF_HUB_OFFLINE the caller has set."""
     import huggingface_hub
+
+    def unreachable(*args, **kwargs):
+        raise _hub_error("LocalEntryNotFoundError", "line one\nline two\n  line three")
 
     (tmp_path / "models").mkdir()
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(
-        huggingface_hub,
-        "snapshot_download",
-        lambda *a, **k: (_ for _ in ()).throw(_hub_error("LocalEntryNotFoundError")),
-    )
+    monkeypatch.setenv("HF_HUB_OFFLINE", offline)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", unreachable)
     with pytest.raises(CheckpointError) as info:
         open_hub("models/tiny-gemma")
-    text = str(info.value)
-    assert "cannot reach" in text
-    assert "no local folder models/tiny-gemma (its parent models/ exists)" in text
-    assert "correct the path" in text
-    # a real Hub id whose first part is no local folder gets no such hint
+    what = info.value.what
+    assert what.startswith("no such folder models/tiny-gemma (its parent models/ exists); ")
+    assert hub_says in what and "\n" not in what and "line one" not in what
+    assert "correct the path" in info.value.fix
+    # a real Hub id whose first part is no local folder gets no such hint; its text is one line
     with pytest.raises(CheckpointError) as info:
         open_hub("google/gemma-x")
-    assert "no local folder" not in str(info.value)
+    assert "no such folder" not in info.value.what
+    assert "line one line two line three" in info.value.what
 
 
 @pytest.mark.parametrize(

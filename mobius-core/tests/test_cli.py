@@ -121,6 +121,67 @@ def test_main_adds_plugin_commands_and_survives_broken_plugins(entry_points, cap
     assert rows["broken"]["status"] == "failed" and rows["commands"]["status"] == "ok"
 
 
+@pytest.mark.parametrize(
+    ("command", "distribution"),
+    [("run", "mobius-runtime"), ("chat", "mobius-runtime"), ("golden", "mobius-testing")],
+)
+def test_a_command_of_a_missing_distribution_names_it(
+    entry_points, capsys, monkeypatch, command: str, distribution: str
+) -> None:
+    """Was: "No such command 'run'" with no hint of what to install."""
+    monkeypatch.delenv("MOBIUS_PLUGINS", raising=False)
+    entry_points([ep("tinytest", "plugins_for_tests.tinytest")])
+    with pytest.raises(SystemExit) as info:
+        main([command, "pkg"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        f"error: no command {command!r}: it comes with {distribution}, which is not installed"
+        in err
+    )
+    assert f"fix: pip install ./{distribution} (from a clone of the mobius repository" in err
+    # installed but broken: says so instead of "not installed"
+    entry_points([ep("runtime", "plugins_for_tests.broken_import", dist=distribution)])
+    with pytest.raises(SystemExit) as info:
+        main([command, "pkg"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"it comes with {distribution}, whose plugin 'runtime' is installed but failed" in err
+    # an unknown command of nobody's keeps click's usage error
+    with pytest.raises(SystemExit) as info:
+        main(["frobnicate"])
+    assert info.value.code == 2 and "No such command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_install_hints_know_every_family_model_type() -> None:
+    """The model_type -> distribution table of the hints matches the installed families."""
+    from mobius.plugin_env import REPOSITORY_MODEL_TYPES
+
+    host = PluginHost.load()
+    declared = {
+        mt: record.distribution
+        for record in host.records()
+        if record.distribution in ("mobius-gemma4", "mobius-qwen3")
+        for mt in record.model_types
+    }
+    if not declared:
+        pytest.skip("no family plugin of this repository is installed")
+    assert {mt: d for mt, d in REPOSITORY_MODEL_TYPES.items() if d in declared.values()} == declared
+
+
+def test_no_plugin_for_the_model_type_names_the_family(tiny_host) -> None:
+    with pytest.raises(ConfigError) as info:
+        tiny_host.owner("qwen3")
+    assert "install the mobius-qwen3 plugin: pip install ./mobius-qwen3 (from a clone" in str(
+        info.value
+    )
+    with pytest.raises(ConfigError) as info:
+        tiny_host.owner("llama")
+    assert "model_type 'llama'" in info.value.fix and "pip install ./mobius-<family>" in (
+        info.value.fix
+    )
+
+
 # --------------------------------------------------------------------------- real processes
 
 
@@ -183,3 +244,22 @@ def test_import_mobius_cli_is_light() -> None:
     proc = run([sys.executable, "-c", code.format(heavy=HEAVY)])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_inspect_says_a_tied_table_is_counted_under_both_ops(capsys) -> None:
+    """Was "53 tensors quantized (2 GatherBlockQuantized, 52 MatMulNBits)" without a word."""
+    from mobius.cli.cmd_inspect import _print_quantization
+
+    tensors = {
+        "embed": {"ops": ["GatherBlockQuantized", "MatMulNBits"], "bits": 4},
+        "q": {"ops": ["MatMulNBits"], "bits": 4},
+    }
+    _print_quantization({"format": "int4", "components": {"model": {"tensors": tensors}}})
+    out = capsys.readouterr().out
+    assert (
+        "model: 2 tensors quantized (1 GatherBlockQuantized int4, 2 MatMulNBits int4; "
+        "read by several ops, counted under each, stored once: embed)" in out
+    )
+    del tensors["embed"]
+    _print_quantization({"format": "int4", "components": {"model": {"tensors": tensors}}})
+    assert "(1 MatMulNBits int4); " in capsys.readouterr().out

@@ -28,7 +28,15 @@ def test_real_fixture_configs_parse(tmp_path: Path) -> None:
         (tmp_path / "config.json").write_bytes(path.read_bytes())
         model_type, raw = read_config_file(tmp_path)
         assert model_type == raw["model_type"], path.name
-        assert model_type in ("gemma4", "gemma4_text", "gemma4_unified", "qwen3", "qwen3_moe")
+        assert model_type in (
+            "gemma4",
+            "gemma4_text",
+            "gemma4_unified",
+            "qwen3",
+            "qwen3_moe",
+            "llama",
+            "mistral",
+        )
 
 
 def test_missing_folder(tmp_path: Path) -> None:

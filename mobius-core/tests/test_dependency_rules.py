@@ -1,9 +1,10 @@
 """docs/architecture.md §1's dependency rules, enforced on the source tree and at import time.
 
 - torch and transformers are never imported by mobius-core, mobius-gemma4,
-  mobius-qwen3 or mobius-runtime (not even lazily inside a function): building and
+  mobius-qwen3, mobius-llama or mobius-runtime (not even lazily inside a function): building and
   running a model must work without them.
-- onnxruntime is never imported by mobius-core or a family (mobius-gemma4, mobius-qwen3).
+- onnxruntime is never imported by mobius-core or a family (mobius-gemma4, mobius-qwen3,
+  mobius-llama).
 - core never imports a plugin; plugins never import each other, except
   mobius-testing → mobius-runtime.
 - every third-party module a distribution's src imports is declared in its
@@ -36,25 +37,23 @@ except ModuleNotFoundError:  # Python 3.10
 REPO = Path(__file__).resolve().parents[2]
 
 # folder -> (import name, top-level modules it must never import)
-PLUGINS = ("mobius_gemma4", "mobius_qwen3", "mobius_runtime", "mobius_testing")
+PLUGINS = ("mobius_gemma4", "mobius_qwen3", "mobius_llama", "mobius_runtime", "mobius_testing")
 HEAVY_REFERENCE = {"torch", "transformers"}
+FAMILIES = {"mobius_gemma4", "mobius_qwen3", "mobius_llama"}
+FAMILY_FORBIDDEN = HEAVY_REFERENCE | {
+    "onnxruntime",
+    "onnxruntime_genai",
+    "mobius_runtime",
+    "mobius_testing",
+}
 RULES: dict[str, tuple[str, set[str]]] = {
     "mobius-core": ("mobius", HEAVY_REFERENCE | {"onnxruntime", "onnxruntime_genai", *PLUGINS}),
-    "mobius-gemma4": (
-        "mobius_gemma4",
-        HEAVY_REFERENCE
-        | {"onnxruntime", "onnxruntime_genai", "mobius_runtime", "mobius_testing", "mobius_qwen3"},
-    ),
-    "mobius-qwen3": (
-        "mobius_qwen3",
-        HEAVY_REFERENCE
-        | {"onnxruntime", "onnxruntime_genai", "mobius_runtime", "mobius_testing", "mobius_gemma4"},
-    ),
-    "mobius-runtime": (
-        "mobius_runtime",
-        HEAVY_REFERENCE | {"mobius_gemma4", "mobius_qwen3", "mobius_testing"},
-    ),
-    "mobius-testing": ("mobius_testing", {"mobius_gemma4", "mobius_qwen3"}),
+    **{
+        family.replace("_", "-"): (family, FAMILY_FORBIDDEN | (FAMILIES - {family}))
+        for family in sorted(FAMILIES)
+    },
+    "mobius-runtime": ("mobius_runtime", HEAVY_REFERENCE | FAMILIES | {"mobius_testing"}),
+    "mobius-testing": ("mobius_testing", set(FAMILIES)),
 }
 
 
@@ -154,7 +153,7 @@ def _loaded_after(roots: list[str], walk: list[str]) -> set[str]:
     only mobius-core is installed (the ``core`` tox env).
     """
     env = dict(os.environ)
-    folders = ("mobius-gemma4", "mobius-qwen3", "mobius-runtime", "mobius-testing")
+    folders = ("mobius-gemma4", "mobius-qwen3", "mobius-llama", "mobius-runtime", "mobius-testing")
     extra = [str(REPO / f / "src") for f in folders]
     env["PYTHONPATH"] = os.pathsep.join([*extra, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.pop("MOBIUS_PLUGINS", None)
@@ -183,10 +182,12 @@ def test_gemma4_imports_no_forbidden_module() -> None:
     assert loaded & RULES["mobius-gemma4"][1] == set()
 
 
-def test_qwen3_imports_no_forbidden_module() -> None:
-    loaded = _loaded_after(_entry_point_modules("mobius-qwen3"), ["mobius_qwen3"])
-    assert "mobius_qwen3" in loaded
-    assert loaded & RULES["mobius-qwen3"][1] == set()
+@pytest.mark.parametrize("folder", ["mobius-qwen3", "mobius-llama"])
+def test_decoder_family_imports_no_forbidden_module(folder: str) -> None:
+    name = RULES[folder][0]
+    loaded = _loaded_after(_entry_point_modules(folder), [name])
+    assert name in loaded
+    assert loaded & RULES[folder][1] == set()
 
 
 def test_plugin_entry_points_import_no_reference_stack() -> None:
@@ -197,7 +198,13 @@ def test_plugin_entry_points_import_no_reference_stack() -> None:
     """
     modules = [
         m
-        for f in ("mobius-gemma4", "mobius-qwen3", "mobius-runtime", "mobius-testing")
+        for f in (
+            "mobius-gemma4",
+            "mobius-qwen3",
+            "mobius-llama",
+            "mobius-runtime",
+            "mobius-testing",
+        )
         for m in _entry_point_modules(f)
     ]
     assert modules, "no plugin declares a mobius entry point"
@@ -213,6 +220,7 @@ DIST_OF_IMPORT = {
     "mobius": "mobius-core",
     "mobius_gemma4": "mobius-gemma4",
     "mobius_qwen3": "mobius-qwen3",
+    "mobius_llama": "mobius-llama",
     "mobius_runtime": "mobius-runtime",
     "mobius_testing": "mobius-testing",
     "PIL": "pillow",

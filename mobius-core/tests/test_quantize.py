@@ -142,6 +142,27 @@ def test_all_zero_rows_and_half_scales() -> None:
     assert back[1, 5] == pytest.approx(2.5, rel=1e-3)
 
 
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("scale_dtype", [np.float32, np.float16])
+def test_subnormal_blocks_read_back_as_zero_without_warnings(symmetric, scale_dtype) -> None:
+    """Was: "RuntimeWarning: overflow encountered in divide" (1 / a subnormal scale) and
+    NaN levels where a value was 0; such blocks now read back as exactly 0."""
+    import warnings
+
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((3, 64)) * 1e-40).astype(np.float32)  # subnormal float32
+    w[0, ::3] = 0.0
+    w[1] = rng.standard_normal(64).astype(np.float32)  # an ordinary row beside them
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        q = quantize_rows(w, symmetric=symmetric, scale_dtype=scale_dtype)
+    back = dequantize_rows(q, 64, bits=4, block_size=32)
+    np.testing.assert_array_equal(back[[0, 2]], 0.0)
+    alone = quantize_rows(w[1:2], symmetric=symmetric, scale_dtype=scale_dtype)
+    np.testing.assert_array_equal(q.packed[1], alone.packed[0])  # ordinary rows: unchanged
+    np.testing.assert_array_equal(q.scales[1], alone.scales[0])
+
+
 def test_bad_scheme() -> None:
     with pytest.raises(ValueError, match="power of two"):
         quantize_rows(np.ones((2, 2), np.float32), block_size=24)
@@ -267,6 +288,11 @@ def test_exclude_matching_nothing_warns(tiny_host, tiny_checkpoint, tmp_path, ca
     [
         (["--quant", "int4", "--block-size", "24"], "power of two"),
         (["--quant", "int4", "--block-size", "8"], "power of two"),
+        # beyond the help's range: 512/1024 built packages onnxruntime cannot load, 2^40
+        # ran numpy out of memory (a MemoryError traceback)
+        (["--quant", "int4", "--block-size", "512"], "power of two from 16 to 256"),
+        (["--quant", "int8", "--block-size", "1024"], "power of two from 16 to 256"),
+        (["--quant", "int4", "--block-size", str(2**40)], "got 1099511627776"),
         (["--quant", "int4", "--accuracy-level", "7"], "accuracy level must be 0..4"),
         (["--quant", "int4", "--dtype", "bf16", "--target", "cpu"], "no bfloat16 kernels"),
         (["--block-size", "64"], "only apply to a quantized build"),
@@ -278,6 +304,23 @@ def test_bad_quant_options(tiny_host, tiny_checkpoint, tmp_path, args, needle) -
     assert result.exit_code == 1, result.output
     assert needle in result.stderr and "Traceback" not in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("block", [16, 256])
+def test_every_block_size_of_the_help_loads_in_onnxruntime(tiny_host, tmp_path, block) -> None:
+    """Rows shorter than the block (K=40 < 256) are padded, and onnxruntime runs the result."""
+    from conftest import write_tiny_checkpoint
+    from safetensors.numpy import load_file
+
+    ckpt = write_tiny_checkpoint(tmp_path / "ck", in_features=40, out_features=6)
+    out = tmp_path / "out"
+    result = _cli(tiny_host, str(ckpt), str(out), "--quant", "int4", "--block-size", str(block))
+    assert result.exit_code == 0, (result.output, result.exception)
+    session = ort.InferenceSession(str(out / "model" / "model.onnx"))
+    x = np.random.default_rng(1).normal(size=(2, 40)).astype(np.float32)
+    w = load_file(str(ckpt / "model.safetensors"))["proj.weight"]
+    ref_q = dequantize_rows(quantize_rows(w, block_size=block), 40, bits=4, block_size=block)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ ref_q.T, rtol=1e-3, atol=1e-3)
 
 
 def test_prequantized_checkpoint_is_refused(tiny_host, tiny_checkpoint, tmp_path) -> None:

@@ -9,47 +9,34 @@ see the README).
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from conftest import TESTDATA
-from typer.testing import CliRunner
 
-from mobius.cli import app
 from mobius.errors import ConfigError
 from mobius.plugins import PluginHost
+from mobius_testing.lm_parity import plugins_listed
 
 FAMILIES = {"gemma4", "qwen3"}
-
-
-def _listed(monkeypatch, allow: str | None) -> dict[str, dict]:
-    if allow is None:
-        monkeypatch.delenv("MOBIUS_PLUGINS", raising=False)
-    else:
-        monkeypatch.setenv("MOBIUS_PLUGINS", allow)
-    result = CliRunner().invoke(app, ["plugins", "--json"])
-    assert result.exit_code == 0, result.output
-    return {r["name"]: r for r in json.loads(result.output)}
 
 
 def test_qwen3_entry_point_is_installed():
     from importlib.metadata import entry_points
 
     eps = {ep.name: ep.value for ep in entry_points(group="mobius")}
-    assert eps.get("qwen3") == "mobius_qwen3.plugin"
+    assert eps.get("qwen3") == "mobius_qwen3.plugin:FAMILY"
 
 
 def test_only_qwen3_lists_only_qwen3(monkeypatch):
-    rows = _listed(monkeypatch, "qwen3,runtime")
+    rows = plugins_listed(monkeypatch, "qwen3,runtime")
     assert FAMILIES & set(rows) == {"qwen3"}
     assert rows["qwen3"]["status"] == "ok"
     assert rows["qwen3"]["distribution"] == "mobius-qwen3"
     assert set(rows["qwen3"]["model_types"]) == {"qwen3", "qwen3_moe"}
 
 
-def test_both_families_listed(monkeypatch):
+def test_both_familiesplugins_listed(monkeypatch):
     pytest.importorskip("mobius_gemma4")
-    rows = _listed(monkeypatch, None)
+    rows = plugins_listed(monkeypatch, None)
     assert set(rows) >= FAMILIES
     assert all(rows[f]["status"] == "ok" for f in FAMILIES)
 

@@ -80,8 +80,7 @@ def test_bundled_builds_and_generates(mobius_build, target):
 def test_bundled_checkpoint_matches_hf(mobius_build, hf_reference):
     """f32 package vs HF over a 32-token prefill + 8 cached decode steps."""
     pytest.importorskip("onnxruntime")
-    from qwen3_ref.hf_runner import hf_logits
-    from qwen3_ref.run import load_pipeline, step_logits
+    from mobius_testing.lm_parity import hf_logits, load_pipeline, step_logits
 
     ids = np.random.default_rng(7).integers(6, 512, size=(1, 40), dtype=np.int64)
     ref = hf_logits(hf_reference(TINY).model, ids)

@@ -110,3 +110,20 @@ def tiny_mm_package(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny-mm") / "pkg"
     mobius.build(str(source), str(out))
     return out
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_gqa_package):
+    """The bundled tiny Gemma 4 (GroupQueryAttention), loaded once per test module."""
+    from mobius_runtime import Pipeline
+
+    return Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
+
+
+@pytest.fixture(scope="module")
+def server(pipeline):
+    """``pipeline`` served on 127.0.0.1 (``servekit.running``), once per test module."""
+    from servekit import running
+
+    with running(pipeline) as srv:
+        yield srv

@@ -16,6 +16,7 @@ class Running:
     url: str  # http://127.0.0.1:PORT
     pipeline: Any
     engine: Any
+    settings: Any
 
     def client(self, api_key: str = "none", **kwargs: Any) -> Any:
         import openai
@@ -35,15 +36,20 @@ def running(
     max_queue: int = 16,
     start_engine: bool = True,
     allow_remote_media: bool = False,
+    **options: Any,
 ) -> Iterator[Running]:
-    """Serve ``pipeline`` until the block ends (the engine is started unless told not to)."""
+    """Serve ``pipeline`` until the block ends (the engine is started unless told not to).
+
+    ``options`` are :class:`~mobius_runtime.serve.app.Settings`' keyword options.
+    """
     import uvicorn
 
     from mobius_runtime.engine import Engine
     from mobius_runtime.serve.app import Settings, create_app
 
     engine = Engine(pipeline, max_batch=max_batch, max_queue=max_queue)
-    app = create_app(Settings(engine, name, api_key, allow_remote_media))
+    settings = Settings(engine, name, api_key, allow_remote_media, **options)
+    app = create_app(settings)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -59,7 +65,7 @@ def running(
             raise RuntimeError("the test server did not start")
         time.sleep(0.02)
     try:
-        yield Running(f"http://127.0.0.1:{port}", pipeline, engine)
+        yield Running(f"http://127.0.0.1:{port}", pipeline, engine, settings)
     finally:
         server.should_exit = True
         thread.join(10)

@@ -156,3 +156,26 @@ def test_run_on_a_package_that_does_not_generate(tmp_path):
     assert "need a text-generation package" in out.stderr
     assert "Pipeline.forward" in out.stderr
     assert "report" not in out.stderr
+
+
+def test_a_long_prompt_is_refused_from_a_prefix_before_it_is_tokenized_whole(
+    tiny_attention_package,
+):
+    """Where the certain byte bound is far above the context (a vocabulary with long
+    tokens, as on E2B), a megabytes prompt is refused from a prefix of 8 characters a
+    position: memory stays bounded by the context, not the body."""
+    import resource
+
+    p = Pipeline.load(tiny_attention_package, device="cpu")
+    limit = p.context_length
+    p.text._max_token_bytes = 10**6  # the certain bound never fires
+    text = "the quick brown fox jumps over the lazy dog " * (8 * 2**20 // 44)  # 8 MiB
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(RequestError) as info:
+        p.generate(prompt=text, max_new_tokens=1)
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert f"its first {8 * limit} alone are" in str(info.value)
+    assert f"more than the {limit} positions" in str(info.value)
+    assert grown < 256, f"grew {grown:.0f} MB"
+    short = p.generate(prompt="the quick brown fox", max_new_tokens=2)  # still answers
+    assert len(short.ids) == 2

@@ -100,3 +100,33 @@ def test_errors_exit_1_without_traceback(app, single_pkg, tmp_path, case, needle
     assert result.exit_code == 1
     assert needle in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_reply_cut_at_the_context_length_says_so(app, single_pkg, as_json):
+    """Was silent in plain mode (128 tokens asked, a few given)."""
+    args = [single_pkg, "--raw", "--prompt", " ".join(["b"] * 60), "--device", "cpu"]
+    result = _run(app, *args, *(["--json"] if as_json else []))
+    assert result.exit_code == 0, result.output
+    if as_json:
+        data = json.loads(result.stdout.strip().splitlines()[-1])
+        assert data["stop_reason"] == "context_length"
+        assert "note:" not in result.stderr
+        return
+    n = len(result.stdout.strip().split())
+    assert (
+        f"note: the reply was cut: 128 tokens asked, {n} given: the context length 64 was "
+        "reached" in result.stderr
+    ), (result.stdout, result.stderr)
+
+
+def test_threads_out_of_range_gives_one_range(app, single_pkg, monkeypatch):
+    """Was "use 1 to 8" in the message and "pass a number from 1 to 2" in the fix."""
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    result = _run(app, single_pkg, "--prompt", "b", "--threads", "100", "--device", "cpu")
+    assert result.exit_code == 1, result.output
+    assert "threads=100 is out of range: the limit is 1 to 8 (4 per CPU core" in result.stderr
+    assert "fix: pass a number from 1 to 8 (2, one per core" in result.stderr
+    assert "from 1 to 2" not in result.stderr

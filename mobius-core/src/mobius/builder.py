@@ -80,6 +80,15 @@ def build(
     progress = progress or NullProgress()
     out_path = Path(out).expanduser()
     options = build_options(dtype, target, quant)
+    if dtype == "bf16" and target != "cuda":
+        # the package builds, but onnxruntime's CPU kernels have no bfloat16 for its ops
+        # (mobius_runtime's bf16-on-CPU check refuses it at load; tests/test_bf16_on_cpu.py)
+        log.warning(
+            "--dtype bf16 with --target %s: the package will run on CUDA only "
+            "(onnxruntime's CPU kernels have no bfloat16); for CPU build with --dtype f32, "
+            "or pass --target cuda to say CUDA is meant",
+            target,
+        )
     from mobius.outdir import check_package_out
 
     local = looks_local(source)
@@ -253,7 +262,7 @@ def _checked_plans(
     checked later by :func:`mobius.weights.bind`, when the graph exists.
     """
     from mobius.errors import WeightPlanError
-    from mobius.weights import plan_problems
+    from mobius.weights import non_float_sources, plan_problems
 
     progress.message("checking the checkpoint against the weight plan")
     plans: dict[str, Any] = {}
@@ -262,6 +271,7 @@ def _checked_plans(
         name = component.name
         plan = host.weight_plan(model_type, config, name, checkpoint, options)
         plans[name] = plan
+        _refuse_non_float(non_float_sources(plan, checkpoint), checkpoint)
         problems += [f"{name}: {p}" for p in plan_problems(plan, checkpoint)[0]]
     if problems:
         listing = "\n".join(f"  - {p}" for p in problems)
@@ -273,6 +283,25 @@ def _checked_plans(
             "number of layers must match the checkpoint), or the checkpoint it was written for",
         )
     return plans
+
+
+def _refuse_non_float(found: list[tuple[str, str, str]], checkpoint: Any) -> None:
+    """CheckpointError naming the first integer / bool tensor a float parameter would read."""
+    if not found:
+        return
+    from mobius.errors import CheckpointError
+
+    initializer, tensor, dtype = found[0]
+    more = len({t for _, t, _ in found}) - 1
+    raise CheckpointError(
+        f"checkpoint tensor {tensor!r} is {dtype}, but it holds the float parameter "
+        f"{initializer!r}: the checkpoint looks quantized (raw int8, bitsandbytes, ...), and "
+        "casting its integers to float would give garbage"
+        + (f" ({more} more such tensor(s))" if more > 0 else ""),
+        where=f"{checkpoint.info(tensor).file.name}: {tensor}",
+        fix="build from the float (bfloat16 / float16 / float32) checkpoint; "
+        "`--quant int4|int8` quantizes it for you",
+    )
 
 
 def build_options(dtype: str, target: str, quant: str | QuantOptions | None) -> BuildOptions:

@@ -24,8 +24,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from mobius.chat_template import SMALL_CONVERSATION, Renderer, TemplateFailure, named_tokens
 from mobius.chat_template import TEMPLATE_FILE as CHAT_TEMPLATE_FILE
+from mobius.chat_template import Renderer, TemplateFailure, first_render, named_tokens
 from mobius.errors import BuildError
 from mobius.records import RuntimeFile
 
@@ -127,23 +127,16 @@ def check_chat_template(files: Sequence[RuntimeFile]) -> None:
         tokens = {}  # an unreadable tokenizer_config.json was reported where it was copied
     renderer = Renderer(source, workers=1)
     try:
-        renderer.check()
-        values = {**tokens, "messages": SMALL_CONVERSATION, "add_generation_prompt": True}
-        renderer.render({"tools": None, "documents": None, **values})
+        refused = first_render(renderer, tokens)
     except TemplateFailure as exc:
-        at = f"{where}:{exc.line}" if exc.line else where
-        if exc.kind == "render":
-            log.warning("%s: the chat template refuses a one-message conversation: %s",
-                        at, exc.describe())  # fmt: skip
-            return
         raise BuildError(
-            f"the chat template {exc.describe()}"
-            if exc.kind == "syntax"
-            else "the chat template cannot render one user message within its budget: "
-            + exc.describe(),
-            where=at,
+            exc.message,
+            where=f"{where}:{exc.line}" if exc.line else where,
             fix="fix the template (chat_template.jinja or tokenizer_config.json's "
             "chat_template) in the checkpoint, or remove it",
         ) from None
     finally:
         renderer.close()
+    if refused is not None:
+        log.warning("%s: the chat template refuses a one-message conversation: %s",
+                    where, refused.describe())  # fmt: skip

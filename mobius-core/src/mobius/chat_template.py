@@ -48,6 +48,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -106,6 +107,31 @@ def named_tokens(raw: Any) -> dict[str, str]:
     return out
 
 
+def first_render(renderer: Renderer, tokens: Mapping[str, str]) -> TemplateFailure | None:
+    """Compile, then render :data:`SMALL_CONVERSATION` once (what build and load check).
+
+    Raises :class:`TemplateFailure` for a template that does not compile or breaks its
+    budget, with :func:`refusal` as its message; returns the template's own refusal of
+    that conversation (kind ``"render"``: some templates require a system turn), or None.
+    """
+    try:
+        renderer.check()
+        values = {"tools": None, "documents": None, **tokens}
+        renderer.render({**values, "messages": SMALL_CONVERSATION, "add_generation_prompt": True})
+    except TemplateFailure as exc:
+        if exc.kind == "render":
+            return exc
+        raise TemplateFailure(exc.kind, refusal(exc), exc.line) from None
+    return None
+
+
+def refusal(exc: TemplateFailure) -> str:
+    """Why a template is refused, in one line (for :func:`first_render`'s failures)."""
+    if exc.kind == "syntax":
+        return f"the chat template {exc.describe()}"
+    return f"the chat template cannot render one user message within its budget: {exc.describe()}"
+
+
 def check_depth(value: Any, where: str, depth: int = 0) -> None:
     """Refuse values nested deeper than :data:`MAX_DEPTH` (iteratively: any depth is safe)."""
     stack = [(value, depth)]
@@ -140,6 +166,8 @@ class Renderer:
         self._slots = threading.BoundedSemaphore(workers)
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
+        # a renderer dropped without close() stops its workers when it is collected
+        weakref.finalize(self, _kill_all, self._all)
 
     def check(self) -> None:
         """Compile the template (in a worker): :class:`TemplateFailure` ``syntax`` if not."""
@@ -152,13 +180,11 @@ class Renderer:
 
     def close(self) -> None:
         with self._lock:
-            workers, self._all = list(self._all), set()
-        for worker in workers:
-            worker.kill()
+            _kill_all(self._all)
 
     def _call(self, values: dict[str, Any] | None) -> str:
         try:
-            payload = json.dumps({"values": values}, ensure_ascii=False) + "\n"
+            payload = json.dumps({"values": values}) + "\n"  # ASCII: lone surrogates too
         except (TypeError, ValueError) as exc:
             raise TemplateFailure(
                 "render", f"the template's values are not plain data: {exc}"
@@ -183,6 +209,12 @@ class Renderer:
         return answer["text"]
 
 
+def _kill_all(workers: set[_Worker]) -> None:
+    for worker in list(workers):
+        worker.kill()
+    workers.clear()
+
+
 class _Worker:
     """One worker process: sends a request line, reads the answer line within budget."""
 
@@ -195,10 +227,9 @@ class _Worker:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C of the terminal is the caller's, not ours
-            env={**os.environ, "PYTHONINTMAXSTRDIGITS": "4300"},
         )
         self._buffer = b""
-        answer = self.ask(json.dumps({"source": source}, ensure_ascii=False).encode("utf-8"))
+        answer = self.ask(json.dumps({"source": source}).encode("ascii"))
         if "error" in answer:
             self.kill()
             raise TemplateFailure(answer["kind"], answer["error"], answer.get("line"))
@@ -293,7 +324,7 @@ def _serve() -> None:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         try:
-            out.write(json.dumps(answer, ensure_ascii=False).encode("utf-8") + b"\n")
+            out.write(json.dumps(answer).encode("ascii") + b"\n")
             out.flush()
         except MemoryError:
             out.write(b'{"error": "the rendered text is too large", "kind": "budget"}\n')

@@ -16,6 +16,51 @@ ENV_ALLOW_LIST = "MOBIUS_PLUGINS"
 CORE_DISTRIBUTION = "mobius-core"
 
 
+REPOSITORY_MODEL_TYPES: dict[str, str] = {
+    "gemma4": "mobius-gemma4",
+    "gemma4_text": "mobius-gemma4",
+    "gemma4_unified": "mobius-gemma4",
+    "qwen3": "mobius-qwen3",
+    "qwen3_moe": "mobius-qwen3",
+}
+"""model_type -> the distribution of this repository that builds it (for install hints only;
+a test checks it against what the installed family plugins declare)."""
+
+REPOSITORY_COMMANDS: dict[str, str] = {
+    "run": "mobius-runtime",
+    "chat": "mobius-runtime",
+    "serve": "mobius-runtime",
+    "golden": "mobius-testing",
+    "harness": "mobius-testing",
+}
+"""``mobius`` subcommand -> the distribution of this repository that adds it."""
+
+
+def install_hint(distribution: str, extra: str | None = None) -> str:
+    """How to install ``distribution`` (a folder of this repository) today.
+
+    Why: the hints named PyPI distributions (``pip install mobius-qwen3``) that are not
+    published yet, so following them failed; until a release is on PyPI the folder form
+    from a clone of the repository is the one that works.
+    """
+    target = f"./{distribution}[{extra}]" if extra else f"./{distribution}"
+    if extra:
+        target = f'"{target}"'
+    return f"pip install {target} (from a clone of the mobius repository; not on PyPI yet)"
+
+
+def family_install_hint(model_type: str | None) -> str:
+    """The install hint for the family plugin that builds ``model_type``, named when known."""
+    distribution = REPOSITORY_MODEL_TYPES.get(model_type or "")
+    if distribution is not None:
+        return f"install the {distribution} plugin: {install_hint(distribution)}"
+    return (
+        f"install the plugin of the family that builds model_type {model_type!r} "
+        "(this repository ships mobius-gemma4 and mobius-qwen3: pip install ./mobius-<family> "
+        "from a clone of it)"
+    )
+
+
 def list_entry_points() -> list[Any]:
     """The installed entry points of group ``mobius`` (tests monkeypatch this)."""
     from importlib.metadata import entry_points

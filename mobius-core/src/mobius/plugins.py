@@ -51,6 +51,7 @@ from mobius.plugin_env import (
     ENV_ALLOW_LIST,
     allow_list,
     core_version,
+    family_install_hint,
     incompatibility,
     list_entry_points,
 )
@@ -345,8 +346,7 @@ class PluginHost:
             raise ConfigError(
                 what,
                 where="config.json: model_type",
-                fix="install the plugin for this model family (pip install mobius-<family>), "
-                "or check MOBIUS_PLUGINS",
+                fix=f"{family_install_hint(model_type)}, or check {ENV_ALLOW_LIST}",
             )
         labels = " and ".join(self._label(n) for n in names)
         raise PluginError(

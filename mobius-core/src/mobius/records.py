@@ -38,6 +38,10 @@ class ModelTypeInfo:
 QUANT_METHODS = {"int4": 4, "int8": 8}
 """``mobius build --quant`` values and their bit widths."""
 
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+"""``--block-size`` values: the ones onnxruntime's MatMulNBits kernels accept (a package
+built with 512 or 1024 failed to load; 2^40 ran numpy out of memory while packing)."""
+
 
 @dataclass(frozen=True)
 class QuantOptions:
@@ -61,8 +65,11 @@ class QuantOptions:
         if self.method not in QUANT_METHODS:
             raise ValueError(f"quant must be one of {tuple(QUANT_METHODS)}, got {self.method!r}")
         size = self.block_size
-        if not isinstance(size, int) or size < 16 or size & (size - 1):
-            raise ValueError(f"block size must be a power of two >= 16, got {size!r}")
+        if not isinstance(size, int) or size not in BLOCK_SIZES:
+            raise ValueError(
+                f"block size must be a power of two from {BLOCK_SIZES[0]} to {BLOCK_SIZES[-1]} "
+                f"(what onnxruntime's MatMulNBits kernels accept), got {size!r}"
+            )
         level = self.accuracy_level
         if level is not None and level not in range(5):
             raise ValueError(f"accuracy level must be 0..4, got {level!r}")

@@ -1,14 +1,7 @@
-"""Weight map of the Qwen3 ``model`` graph.
+"""Weight map of the Qwen3 ``model`` graph: core's decoder plan, plus Qwen3-MoE experts.
 
-Initializer names are HF's parameter names without the ``model.`` prefix. Linear
-weights are transposed to ``[in, out]``; everything is cast to the build dtype and stays
-a lazy expression until the package is written. The head keeps the checkpoint's
-``[V, H]`` layout (the graph multiplies by its transpose in one Gemm): an untied
-checkpoint's ``lm_head.weight`` as stored; a tied one has no ``lm_head`` initializer
-(the graph reuses ``embed_tokens.weight``) and a ``lm_head.weight`` it carries anyway is
-reported as ignored.
-
-Qwen3-MoE experts come in two layouts, both accepted:
+Names, transposes and the tied head: :mod:`mobius.lm.weights`. Qwen3-MoE experts come
+in two layouts, both accepted:
 
 - per expert (every Hub checkpoint): ``mlp.experts.{e}.{gate,up,down}_proj.weight``
   (``[I, H]``, ``[I, H]``, ``[H, I]``), stacked here into ``gate_up_proj [E, H, 2I]`` and
@@ -21,18 +14,9 @@ from __future__ import annotations
 
 from mobius.checkpoint import Checkpoint
 from mobius.errors import WeightPlanError
-from mobius.weights import TensorExpr, WeightPlan, concat, ref
+from mobius.lm.weights import PREFIX, decoder_plan, hf_linear
+from mobius.weights import WeightPlan, concat, ref
 from mobius_qwen3.config import Qwen3Config
-
-PREFIX = "model."
-
-
-def _linear(name: str, dtype: str) -> TensorExpr:
-    return ref(PREFIX + name).transpose().cast(dtype)
-
-
-def _plain(name: str, dtype: str) -> TensorExpr:
-    return ref(PREFIX + name).cast(dtype)
 
 
 def _experts(cfg: Qwen3Config, i: int, checkpoint: Checkpoint, dtype: str):
@@ -66,39 +50,12 @@ def _experts(cfg: Qwen3Config, i: int, checkpoint: Checkpoint, dtype: str):
 
 def weight_plan(cfg: Qwen3Config, checkpoint: Checkpoint, dtype: str) -> WeightPlan:
     """The plan of the ``model`` component; ``dtype`` is the port dtype (``float32`` …)."""
-    plan = WeightPlan()
-    plan.add("embed_tokens.weight", _plain("embed_tokens.weight", dtype))
-    plan.add("norm.weight", _plain("norm.weight", dtype))
-    for i in range(cfg.num_hidden_layers):
-        p = f"layers.{i}."
-        for n in ("input_layernorm", "post_attention_layernorm"):
-            plan.add(p + f"{n}.weight", _plain(p + f"{n}.weight", dtype))
-        a = p + "self_attn."
-        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            plan.add(a + f"{n}.weight", _linear(a + f"{n}.weight", dtype))
-            if cfg.attention_bias:
-                plan.add(a + f"{n}.bias", _plain(a + f"{n}.bias", dtype))
-        for n in ("q_norm", "k_norm"):
-            plan.add(a + f"{n}.weight", _plain(a + f"{n}.weight", dtype))
-        m = p + "mlp."
-        if cfg.sparse_layers[i]:
-            plan.add(m + "gate.weight", _linear(m + "gate.weight", dtype))
-            gate_up, down = _experts(cfg, i, checkpoint, dtype)
-            plan.add(m + "experts.gate_up_proj", gate_up)
-            plan.add(m + "experts.down_proj", down)
-        else:
-            for n in ("gate_proj", "up_proj", "down_proj"):
-                plan.add(m + f"{n}.weight", _linear(m + f"{n}.weight", dtype))
-    if cfg.tie_word_embeddings:
-        if "lm_head.weight" in checkpoint.tensors:
-            plan.ignore("lm_head.weight", "tied head: the graph uses embed_tokens.weight")
-    elif "lm_head.weight" in checkpoint.tensors:
-        plan.add("lm_head.weight", ref("lm_head.weight").cast(dtype))
-    else:
-        raise WeightPlanError(
-            "tie_word_embeddings is false but the checkpoint has no lm_head.weight",
-            where=str(checkpoint.root),
-            fix="use a checkpoint with its lm_head, or set tie_word_embeddings to true "
-            "if the head shares the embedding table",
-        )
+    dense = tuple(not s for s in cfg.sparse_layers)
+    plan = decoder_plan(cfg, checkpoint, dtype, qk_norm=True, dense_mlp=dense)
+    for i in (i for i, sparse in enumerate(cfg.sparse_layers) if sparse):
+        m = f"layers.{i}.mlp."
+        plan.add(m + "gate.weight", hf_linear(m + "gate.weight", dtype))
+        gate_up, down = _experts(cfg, i, checkpoint, dtype)
+        plan.add(m + "experts.gate_up_proj", gate_up)
+        plan.add(m + "experts.down_proj", down)
     return plan

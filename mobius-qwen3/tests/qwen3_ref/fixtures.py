@@ -1,49 +1,30 @@
 """Seeded tiny random Qwen3 checkpoints written by HF transformers 5.24 (torch, CPU).
 
-``make_checkpoint`` writes one model twice, with the same weights:
+:func:`mobius_testing.lm_parity.make_checkpoint` writes each model twice (``saved/``:
+``save_pretrained``'s shape with ``rope_parameters``, ``num_local_experts`` and
+per-expert MoE tensors; ``hub/``: the Hub's config shape). Two Qwen3 specifics:
 
-- ``saved/``: exactly what ``save_pretrained`` writes (``rope_parameters``,
-  ``num_local_experts``, per-expert MoE tensors);
-- ``hub/``: the Hub's config shape (top-level ``rope_theta`` + ``rope_scaling``,
-  ``num_experts``). For the MoE spec its safetensors hold HF's fused expert tensors
-  (``mlp.experts.gate_up_proj`` / ``down_proj``) so the second accepted layout is
-  exercised too.
-
-Every constant-initialised parameter (the RMSNorm weights) is perturbed, so a builder
-that drops or misplaces one shows up as a logit difference. MoE router weights are
-scaled by ``ROUTER_SCALE``: a random router at init is nearly uniform over the experts
-(top-k margins ~1e-4, inside float16 noise), a trained one is not.
+- for the MoE spec, ``hub/`` holds HF's fused expert tensors (``mlp.experts.gate_up_proj``
+  / ``down_proj``) so the second accepted layout is exercised too;
+- MoE router weights are scaled by ``ROUTER_SCALE``: a random router at init is nearly
+  uniform over the experts (top-k margins ~1e-4, inside float16 noise), a trained one is not.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mobius_testing.lm_parity import CheckpointPair
+from mobius_testing.lm_parity import make_checkpoint as make_pair
 
 ROUTER_SCALE = 4.0
 
 
-@dataclass(frozen=True)
-class CheckpointPair:
-    name: str
-    model_type: str
-    saved: Path
-    hub: Path
-
-
-def model_class(model_type: str) -> Any:
-    from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
-
-    return Qwen3MoeForCausalLM if model_type == "qwen3_moe" else Qwen3ForCausalLM
-
-
-def hf_config(raw: dict[str, Any]) -> Any:
-    from transformers import Qwen3Config, Qwen3MoeConfig
-
-    cls = Qwen3MoeConfig if raw["model_type"] == "qwen3_moe" else Qwen3Config
-    return cls(**{k: v for k, v in raw.items() if k not in ("model_type", "architectures")})
+def _sharpen_routers(model) -> None:
+    for name, p in model.named_parameters():
+        if name.endswith("mlp.gate.weight"):
+            p.mul_(ROUTER_SCALE)
 
 
 def _fuse_experts(tensors: dict[str, Any]) -> dict[str, Any]:
@@ -69,26 +50,12 @@ def _fuse_experts(tensors: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_checkpoint(name: str, raw: dict[str, Any], root: Path, seed: int = 0) -> CheckpointPair:
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed + 1)
-    model = model_class(raw["model_type"])(hf_config(raw)).eval()
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            flat = p.detach().reshape(-1)
-            if flat.numel() and bool((flat == flat[0]).all()):
-                p.add_(torch.randn(p.shape, generator=generator) * 0.1)
-        for name, p in model.named_parameters():
-            if name.endswith("mlp.gate.weight"):
-                p.mul_(ROUTER_SCALE)
-    saved, hub = root / "saved", root / "hub"
-    model.save_pretrained(saved)
-    hub.mkdir(parents=True, exist_ok=True)
-    tensors = load_file(saved / "model.safetensors")
-    if raw["model_type"] == "qwen3_moe":
-        tensors = _fuse_experts(tensors)
-    save_file(tensors, hub / "model.safetensors", metadata={"format": "pt"})
-    (hub / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
-    return CheckpointPair(name, raw["model_type"], saved, hub)
+    moe = raw["model_type"] == "qwen3_moe"
+    return make_pair(
+        name,
+        raw,
+        root,
+        seed,
+        adjust=_sharpen_routers,
+        hub_tensors=_fuse_experts if moe else None,
+    )

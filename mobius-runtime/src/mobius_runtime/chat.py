@@ -30,10 +30,10 @@ from typing import Any
 
 from mobius.chat_template import (
     MAX_DEPTH,
-    SMALL_CONVERSATION,
     TEMPLATE_FILE,
     Renderer,
     TemplateFailure,
+    first_render,
     named_tokens,
 )
 from mobius.errors import PackageError
@@ -175,19 +175,12 @@ class ChatTemplate:
         self.where = where
         self._renderer = Renderer(source)
         try:
-            self._renderer.check()
-            self._renderer.render(self._values(SMALL_CONVERSATION, True, {}))
+            first_render(self._renderer, self.tokens)
         except TemplateFailure as exc:
-            if exc.kind == "render":  # the template's own refusal of that conversation
-                return
             self._renderer.close()
-            at = f"{where}:{exc.line}" if exc.line else where
             raise PackageError(
-                f"the chat template {exc.describe()}"
-                if exc.kind == "syntax"
-                else f"the chat template cannot render one user message within its budget: "
-                f"{exc.describe()}",
-                where=at,
+                exc.message,
+                where=f"{where}:{exc.line}" if exc.line else where,
                 fix="fix the template in the checkpoint and rebuild the package",
             ) from None
 

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from mobius.cli._common import is_debug
 from mobius.errors import MobiusError
 
 SAMPLING = "Sampling (only with --sample)"
@@ -114,6 +115,7 @@ def _fail(exc: MobiusError, debug: bool) -> None:
 
 
 def run(
+    ctx: typer.Context,
     package: Annotated[Path, typer.Argument(help="Model package folder (has mobius.json).")],
     prompt: Annotated[str, typer.Option("--prompt", "-p", help="The user message.")],
     raw: Annotated[
@@ -141,6 +143,7 @@ def run(
 
     Text streams to stdout as it is generated; --json prints one JSON line instead.
     """
+    debug = is_debug(ctx, debug)
     try:
         options = _sampling(sample, temperature, top_k, top_p, seed)
         images, clips = _readable("image", image or []), _readable("audio", audio or [])
@@ -174,6 +177,20 @@ def run(
     else:
         sys.stdout.write("\n")
         sys.stdout.flush()
+        _say_if_cut(result, max_new_tokens, pipeline)
+
+
+def _say_if_cut(result: Any, max_new_tokens: int, pipeline: Any) -> None:
+    """A note on stderr when the reply ended at the model's context length.
+
+    Why: plain output ended silently (128 tokens asked, 19 given); --json has stop_reason.
+    """
+    if result.stop_reason == "context_length":
+        typer.echo(
+            f"note: the reply was cut: {max_new_tokens} tokens asked, {len(result.ids)} given: "
+            f"the context length {pipeline.context_length} was reached",
+            err=True,
+        )
 
 
 CHAT_HELP = """Commands: /image FILE and /audio FILE attach media to your next message;
@@ -181,6 +198,7 @@ CHAT_HELP = """Commands: /image FILE and /audio FILE attach media to your next m
 
 
 def chat(
+    ctx: typer.Context,
     package: Annotated[Path, typer.Argument(help="Model package folder (has mobius.json).")],
     system: Annotated[str | None, typer.Option("--system", help="System message.")] = None,
     image: Images = None,
@@ -208,6 +226,7 @@ def chat(
     """
     from mobius_runtime.session import ChatSession
 
+    debug = is_debug(ctx, debug)
     try:
         options = _sampling(sample, temperature, top_k, top_p, seed)
         pending = {
@@ -238,7 +257,7 @@ def chat(
             _command(line, session, pending)
             continue
         try:
-            session.send(
+            reply = session.send(
                 line,
                 images=[str(p) for p in pending["image"]],
                 audio=[str(p) for p in pending["audio"]],
@@ -249,6 +268,7 @@ def chat(
                 raise
             sys.stdout.write("\n")
             typer.echo(f"error: {exc.render()}", err=True)
+            _drop_media(pending)
             continue
         except KeyboardInterrupt:
             typer.echo("\n(reply interrupted; the turn is dropped)", err=True)
@@ -256,6 +276,7 @@ def chat(
         pending = {"image": [], "audio": []}
         sys.stdout.write("\n")
         sys.stdout.flush()
+        _say_if_cut(reply, max_new_tokens, pipeline)
         if stats:
             typer.echo(
                 f"[turn prefilled {session.prefilled} tokens; "
@@ -264,6 +285,23 @@ def chat(
             )
     if interactive:
         sys.stderr.write("\n")
+
+
+def _drop_media(pending: dict[str, list[Path]]) -> None:
+    """Forget the media of a failed turn, saying so; the conversation is kept.
+
+    Why: a file that passed the path check but failed to decode stayed pending, so
+    every later turn failed the same way until /reset (which forgot the conversation).
+    """
+    dropped = [f"{kind} {path}" for kind, paths in pending.items() for path in paths]
+    if not dropped:
+        return
+    pending["image"], pending["audio"] = [], []
+    typer.echo(
+        f"(dropped {', '.join(dropped)}; the conversation is kept: type your message "
+        "again, with /image or /audio to attach another file)",
+        err=True,
+    )
 
 
 def _command(line: str, session: Any, pending: dict[str, list[Path]]) -> None:

@@ -72,13 +72,88 @@ def resolve_device(device: str) -> str:
         return "cpu"
     usable = cuda_usable()
     if device == "cuda" and not usable:
+        what, fix = cuda_problem()
         raise DeviceError(
-            "device 'cuda' was requested but onnxruntime cannot run CUDA here",
+            f"device 'cuda' was requested but {what}",
             where="onnxruntime CUDAExecutionProvider",
-            fix="install onnxruntime-gpu with matching CUDA/cuDNN libraries, "
-            "or use --device cpu / auto",
+            fix=f"{fix}, or use --device cpu / auto",
         )
     return "cuda" if usable else "cpu"
+
+
+_PROBE = (
+    "import onnxruntime as ort\n"
+    "from mobius_runtime.device import _probe_model\n"
+    "ort.InferenceSession(_probe_model(), "
+    "providers=['CUDAExecutionProvider', 'CPUExecutionProvider'])\n"
+)
+
+
+def cuda_problem() -> tuple[str, str]:
+    """(what, fix) for a machine where :func:`cuda_usable` is False.
+
+    Why: the error said "install onnxruntime-gpu" to users who had it and lacked the
+    CUDA libraries or a GPU. onnxruntime's own explanation goes to its C++ logger, so
+    the probe is rerun in a child process (only on this failure path) and its log read.
+    """
+    import subprocess
+    import sys
+
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return (
+            f"the installed onnxruntime {ort.__version__} is a CPU-only build",
+            "install onnxruntime-gpu in its place (pip uninstall onnxruntime, then "
+            "pip install onnxruntime-gpu)",
+        )
+    try:
+        log = subprocess.run(
+            [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120
+        ).stderr
+    except (OSError, subprocess.SubprocessError) as exc:
+        log = str(exc)
+    return describe_cuda_failure(log, ort.__version__, gpu_visible())
+
+
+def gpu_visible() -> bool | None:
+    """Whether an NVIDIA GPU is visible to this process (None: cannot tell, not Linux)."""
+    import sys
+    from pathlib import Path
+
+    if not sys.platform.startswith("linux"):
+        return None
+    return Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia/version").exists()
+
+
+def describe_cuda_failure(log: str, version: str, gpu: bool | None) -> tuple[str, str]:
+    """(what, fix) from onnxruntime-gpu's log of a failed CUDA session."""
+    import re
+
+    missing = re.search(r"error: (lib[\w.+-]+\.so[\w.]*): cannot open shared object", log)
+    needs = re.search(r"Require (cuDNN [\w.*]+ and CUDA [\w.*]+)", log)
+    parts = []
+    if missing:
+        parts.append(f"the library {missing.group(1)} is not found")
+    if gpu is False:
+        parts.append("no NVIDIA GPU is visible (no /dev/nvidia0)")
+    if not parts:
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", log)  # the logger's colours
+        first = next((line.strip() for line in plain.splitlines() if line.strip()), "no log")
+        parts.append(f"onnxruntime says: {first}")
+    what = f"onnxruntime-gpu {version} cannot start CUDA here: " + "; ".join(parts)
+    requirement = (
+        needs.group(1).rstrip(".") if needs else "the CUDA and cuDNN versions it was built for"
+    )
+    fixes = []
+    if missing or gpu is not False:
+        fixes.append(
+            f"install {requirement} (e.g. pip install 'onnxruntime-gpu[cuda,cudnn]' for "
+            "NVIDIA's wheels) or put them on LD_LIBRARY_PATH"
+        )
+    if gpu is False:
+        fixes.append("run on a machine with an NVIDIA GPU and its driver")
+    return what, "; ".join(fixes)
 
 
 def providers_for(device: str) -> list[str]:

@@ -10,7 +10,8 @@ Requests are queued by :meth:`Engine.submit` (any thread); the engine thread loo
 3. one batched decode step for all active rows; each row picks its next token with
    its own sampler and seed, streams its new text, and leaves when it stops.
 
-A full queue (``max_queue`` waiting) refuses at once (:class:`QueueFull`), never
+A full queue (``max_queue`` waiting beyond the free batch slots: 0 means requests are
+taken only while a slot is free) refuses at once (:class:`QueueFull`), never
 blocks. Per request, events go to its ``sink`` from the engine thread:
 ``("delta", text)``, then ``("done", Finished)`` or ``("error", exception)``.
 Text is streamed as it becomes decodable; text that might be the start of a ``stop``
@@ -123,7 +124,10 @@ class Engine:
         sink: Callable[[str, Any], None],
         request_id: str | None = None,
     ) -> Request:
-        """Queue a request (``caller["input_ids"]`` is [1, S]); raises QueueFull at once."""
+        """Queue a request (``caller["input_ids"]`` is [1, S]); raises QueueFull at once.
+
+        A request is taken while fewer than ``max_queue`` plus the free batch slots wait.
+        """
         prompt = int(np.shape(caller["input_ids"])[1])
         request = Request(
             id=request_id or f"req-{next(self._ids)}",
@@ -137,7 +141,9 @@ class Engine:
         with self._cond:
             if self._stopping:
                 raise EngineStopped("the server is shutting down")
-            if len(self._waiting) >= self.max_queue:
+            # max_queue counts the requests waiting beyond the free batch slots
+            free = max(0, self.max_batch - self.active)
+            if len(self._waiting) >= self.max_queue + free:
                 raise QueueFull(f"{len(self._waiting)} requests are queued (--max-queue)")
             self._waiting.append(request)
             self._cond.notify()

@@ -32,6 +32,10 @@ from mobius_runtime.text import TOKENIZER_FILE, TextSide, as_ids, context_length
 
 log = logging.getLogger("mobius_runtime")
 
+NORMALIZE_SLACK = 3  # how many times Unicode normalization can shrink text's UTF-8 bytes
+PREFIX_CHARS = 8  # a long prompt's prefix tokenized first: this many characters a position
+PREFIX_SLACK = 16  # tokens a prefix may have more than the same span in the whole text
+
 
 @dataclass
 class GenerationResult:
@@ -313,26 +317,32 @@ class Pipeline:
             return self.text.chat.render(conversation.messages, add_generation_prompt, **kwargs)
         return self.text.chat_prompt(conversation, add_generation_prompt)
 
-    def encode_messages(self, messages: Any) -> dict[str, Any]:
+    def encode_messages(self, messages: Any, literal_special: bool = False) -> dict[str, Any]:
         """The caller inputs ``messages`` make: ``input_ids`` [1, S] and the media arrays.
 
-        The same ids as ``generate(messages=...)`` feeds (chat template with a
-        generation prompt, media placeholders expanded), for callers that run the
-        steps themselves (``mobius serve``'s batching engine). Media items are
-        preprocessed here; their encoders run with the prompt step.
+        The same ids as ``generate(messages=..., literal_special=...)`` feeds (chat
+        template with a generation prompt, media placeholders expanded), for callers
+        that run the steps themselves (``mobius serve``'s batching engine). Media items
+        are preprocessed here; their encoders run with the prompt step.
         """
-        text, images, audio = self._chat_inputs(messages)
-        ids, caller = self.prepare(text, None, images, audio)
+        text, images, audio, literal = self._chat_inputs(messages, literal_special)
+        ids, caller = self.prepare(text, None, images, audio, literal)
         return {**caller, "input_ids": ids}
 
-    def _chat_inputs(self, messages: Any) -> tuple[str, list[Any], list[Any]]:
-        """The prompt text ``messages`` render to (placeholders checked) and their media."""
+    def _chat_inputs(
+        self, messages: Any, literal_special: bool
+    ) -> tuple[str, list[Any], list[Any], dict[str, str]]:
+        """The prompt text ``messages`` render to (placeholders checked), their media, and
+        the stand-ins of special markers typed in them (with ``literal_special``)."""
         from mobius_runtime.chat import parse_messages
 
         conversation = parse_messages(messages, self.modalities)
+        literal: dict[str, str] = {}
+        if literal_special:
+            conversation, literal = self.text.hide_markers(conversation)
         text = self.text.chat_prompt(conversation)
         self.text.check_placeholders(text, conversation)
-        return text, conversation.images, conversation.audio
+        return text, conversation.images, conversation.audio, literal
 
     def generate(
         self,
@@ -350,6 +360,7 @@ class Pipeline:
         seed: int | None = None,
         stop_ids: Iterable[int] | None = None,
         on_token: Callable[[int, str], None] | None = None,
+        literal_special: bool = False,
     ) -> GenerationResult:
         """Generate up to ``max_new_tokens`` ids after ``messages``, a ``prompt`` or ``input_ids``.
 
@@ -363,7 +374,10 @@ class Pipeline:
         ``text_piece`` is the newly decodable text (possibly empty while a
         multi-byte character is incomplete). Generation stops at a stop id
         (``stop_ids``, default: the family's), after ``max_new_tokens``, or at
-        the model's context length.
+        the model's context length. ``literal_special=True`` tokenizes special markers
+        typed inside ``messages`` (``<|turn>``, ``<start_of_turn>``, ``<|im_start|>`` …)
+        as plain text, so only the chat template makes control tokens (the default
+        tokenizes them as the control tokens, as HF's ``apply_chat_template`` does).
         """
         self.check_generative()
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -379,7 +393,7 @@ class Pipeline:
                 where="generate()",
                 fix="pass messages=[…], prompt='…' or input_ids=[…]",
             )
-        text = None
+        text, literal = None, None
         if messages is not None:
             if images or audio:
                 raise RequestError(
@@ -387,10 +401,10 @@ class Pipeline:
                     where="generate()",
                     fix='add {"type": "image", "image": …} parts to the user message',
                 )
-            text, images, audio = self._chat_inputs(messages)
+            text, images, audio, literal = self._chat_inputs(messages, literal_special)
         elif prompt is not None:
             text = prompt
-        ids, caller = self.prepare(text, input_ids, images, audio)
+        ids, caller = self.prepare(text, input_ids, images, audio, literal)
         prompt_len = int(ids.shape[1])
         # every position this request can hold: shared KV buffers are this long
         capacity = prompt_len + max_new_tokens
@@ -415,20 +429,73 @@ class Pipeline:
             )
 
     def prepare(
-        self, text: str | None, input_ids: Any, images: Sequence[Any], audio: Sequence[Any]
+        self,
+        text: str | None,
+        input_ids: Any,
+        images: Sequence[Any],
+        audio: Sequence[Any],
+        literal: dict[str, str] | None = None,
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        """(checked prompt ids [1, S], caller inputs with the media) for verbatim text or ids."""
+        """(checked prompt ids [1, S], caller inputs with the media) for verbatim text or ids.
+
+        ``literal``: stand-ins in ``text`` for markers to tokenize as plain text
+        (:meth:`TextSide.hide_markers`).
+        """
         caller: dict[str, Any] = {}
         image_inputs, image_tokens = self.text.media_inputs("image", images, self.modalities)
         audio_inputs, audio_tokens = self.text.media_inputs("audio", audio, self.modalities)
         caller.update(image_inputs)
         caller.update(audio_inputs)
         if text is not None:
-            ids = as_ids(self.text.encode(text, image_tokens, audio_tokens))
+            self.check_prompt_bytes(text)
+            ids = as_ids(self.text.encode(text, image_tokens, audio_tokens, literal))
         else:
             ids = as_ids(input_ids)
         self.check_prompt_ids(ids, sum(image_tokens), sum(audio_tokens))
         return ids, caller
+
+    def check_prompt_bytes(self, text: str) -> None:
+        """Refuse, before tokenizing, a text that cannot fit the context whatever its tokens.
+
+        ``n`` tokens cover at most ``n * max_token_bytes`` bytes of normalized text (see
+        :attr:`TextSide.max_token_bytes`), and Unicode normalization (NFC, NFKC) shrinks
+        text at most ``NORMALIZE_SLACK`` times (three decomposed jamo compose to one
+        syllable), so a text longer than ``NORMALIZE_SLACK * max_token_bytes *
+        context_length`` bytes certainly has too many tokens. (This assumes the
+        tokenizer's normalizer does not delete text, as Gemma's and Qwen's do not.)
+        Tokenizing megabytes costs far more memory than the text itself.
+        """
+        limit = self.context_length
+        if limit is None or not isinstance(text, str):  # encode() names a wrong type
+            return
+        if not (self.root / TOKENIZER_FILE).is_file():
+            return
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size <= limit:  # fewer bytes than positions: no need to read the vocabulary
+            return
+        most = NORMALIZE_SLACK * self.text.max_token_bytes * limit
+        if size > most:
+            raise RequestError(
+                f"the prompt is {size} bytes, more than the {limit} positions of the model "
+                f"can hold in any tokenization (at most {most} bytes)",
+                where="prompt",
+                fix=f"shorten the prompt below {limit} tokens",
+            )
+        # Below that bound a long text may still be far too long (a vocabulary with one
+        # 30-byte token allows 90 bytes a position): tokenize a prefix of PREFIX_CHARS
+        # characters a position first, whose cost is bounded by the context, not the body.
+        # A prefix has at most a few tokens more than the same span inside the whole text
+        # (only its last word can split differently), hence PREFIX_SLACK.
+        chars = PREFIX_CHARS * limit
+        if len(text) > chars:
+            head = len(self.text.tokenizer.encode(text[:chars], add_special_tokens=False).ids)
+            if head >= limit + PREFIX_SLACK:
+                raise RequestError(
+                    f"the prompt is {len(text)} characters, and its first {chars} alone are "
+                    f"{head} tokens, more than the {limit} positions of the model",
+                    where="prompt",
+                    fix=f"shorten the prompt below {limit} tokens",
+                )
 
     def check_prompt_ids(self, ids: np.ndarray, image_soft: int, audio_soft: int) -> None:
         """Ids in the vocabulary, placeholders matching the media, within the context."""

@@ -31,11 +31,13 @@ def check_threads(threads: int | None) -> None:
     cores = os.cpu_count() or 1
     limit = cores * MAX_THREADS_PER_CORE
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= limit:
-        raise RequestError(
-            f"threads={threads!r} is out of range: use 1 to {limit} (this machine has "
-            f"{cores} CPU cores; more threads than cores only slow onnxruntime down)",
+        raise RequestError(  # one range in both parts (they used to say 1..4x and 1..1x cores)
+            f"threads={threads!r} is out of range: the limit is 1 to {limit} "
+            f"({MAX_THREADS_PER_CORE} per CPU core; this machine has {cores})",
             where="threads (--threads)",
-            fix=f"pass a number from 1 to {cores}, or leave it unset for onnxruntime's default",
+            fix=f"pass a number from 1 to {limit} ({cores}, one per core, is usually the "
+            "fastest: more threads than cores slow onnxruntime down), or leave it unset for "
+            "onnxruntime's default",
         )
 
 

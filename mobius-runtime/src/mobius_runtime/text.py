@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +113,9 @@ class TextSide:
         self._processors: tuple[Processors, bool] | None = None
         self._chat: tuple[ChatTemplate | None] | None = None
         self._special: dict[str, str] | None = None
+        self._max_token_bytes: int | None = None
+        self._literal_tokenizer: Any = None
+        self._markers: re.Pattern[str] | None = None
 
     @property
     def processors(self) -> Processors:
@@ -147,6 +151,60 @@ class TextSide:
                 ) from exc
         return self._tokenizer
 
+    @property
+    def max_token_bytes(self) -> int:
+        """UTF-8 bytes of the longest token string in the vocabulary (added tokens too).
+
+        Token strings spell what a token covers, never shorter: SentencePiece's ``▁``
+        (3 bytes) and byte-level BPE's stand-in characters (1-2 bytes) each stand for one
+        input byte, ``<0xAB>`` for one. So ``n`` tokens cover at most
+        ``n * max_token_bytes`` bytes of normalized text. Computed once.
+        """
+        if self._max_token_bytes is None:
+            vocab = self.tokenizer.get_vocab(with_added_tokens=True)
+            self._max_token_bytes = max((len(t.encode("utf-8")) for t in vocab), default=1)
+        return self._max_token_bytes
+
+    @property
+    def markers(self) -> re.Pattern[str] | None:
+        """A pattern of the tokenizer's special tokens (control markers), longest first."""
+        if self._markers is None:
+            added = self.tokenizer.get_added_tokens_decoder().values()
+            specials = sorted({t.content for t in added if t.special and t.content}, key=len)
+            alternatives = "|".join(re.escape(t) for t in reversed(specials))
+            self._markers = re.compile(alternatives or r"(?!)")
+        return None if self._markers.pattern == r"(?!)" else self._markers
+
+    def hide_markers(self, conversation: Conversation) -> tuple[Conversation, dict[str, str]]:
+        """The conversation with every special marker typed in its messages (``<|turn>``,
+        ``<start_of_turn>`` ...) swapped for a private-use character, and the map back.
+
+        The template then renders the stand-ins, and :meth:`encode` tokenizes each as
+        its marker's plain text, so a user cannot forge a turn. Roles and part types are
+        left alone; the stand-ins are characters of Unicode plane 15 that no message holds.
+        """
+        from mobius_runtime.chat import Conversation
+
+        markers = self.markers if (self.root / TOKENIZER_FILE).is_file() else None
+        if markers is None:
+            return conversation, {}
+        used: set[str] = set()
+
+        def note(text: str) -> str:  # the stand-ins must not be characters a message holds
+            used.update(_PLANE_15.findall(text))
+            return text
+
+        _walk(conversation.messages, note)
+        free = (chr(c) for c in range(0xF0000, 0xFFFFE) if chr(c) not in used)
+        hidden: dict[str, str] = {}  # marker → its stand-in
+
+        def swap(match: re.Match[str]) -> str:
+            return hidden.setdefault(match.group(0), next(free))
+
+        messages = _walk(conversation.messages, lambda text: markers.sub(swap, text))
+        out = Conversation(messages, conversation.images, conversation.audio)
+        return out, {stand_in: marker for marker, stand_in in hidden.items()}
+
     def media_inputs(
         self, kind: str, items: Sequence[Any], modalities: set[str]
     ) -> tuple[dict[str, Any], list[int]]:
@@ -166,7 +224,9 @@ class TextSide:
                 f"no {kind} preprocessing is available for model type "
                 f"{self.manifest.get('model_type')!r}",
                 where="mobius_processors",
-                fix="install the model family's plugin (pip install mobius-<family>)",
+                fix=f"install the plugin of the family that builds model_type "
+                f"{self.manifest.get('model_type')!r} (from a clone of the repository: "
+                "pip install ./mobius-<family>)",
             )
         out = dict(fn(list(items)))
         counts = [int(n) for n in out.pop("num_soft_tokens", [])]
@@ -246,13 +306,18 @@ class TextSide:
                 )
 
     def encode(
-        self, text: str, image_tokens: Sequence[int] = (), audio_tokens: Sequence[int] = ()
+        self,
+        text: str,
+        image_tokens: Sequence[int] = (),
+        audio_tokens: Sequence[int] = (),
+        literal: Mapping[str, str] | None = None,
     ) -> list[int]:
         """Verbatim text → ids: media placeholders expanded, BOS added when the text has none.
 
         Each media placeholder the text holds (``<|image|>`` …, the family decides)
         takes the next item's soft tokens, in order; placeholders and items must
-        match one to one.
+        match one to one. ``literal`` maps stand-ins (from :meth:`hide_markers`) to the
+        marker text each is tokenized as, as plain text.
         """
         if not isinstance(text, str):
             raise RequestError(
@@ -273,11 +338,37 @@ class TextSide:
             text = expand(text, list(image_tokens), list(audio_tokens))
         bos = self.bos_id
         if bos is None:
-            return list(self.tokenizer.encode(text, add_special_tokens=True).ids)
-        ids = list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+            return self._tokenize(text, literal or {}, add_special_tokens=True)
+        ids = self._tokenize(text, literal or {}, add_special_tokens=False)
         if not ids or ids[0] != bos:
             ids.insert(0, bos)
         return ids
+
+    def _tokenize(
+        self, text: str, literal: Mapping[str, str], add_special_tokens: bool
+    ) -> list[int]:
+        """Ids of ``text``; each stand-in of ``literal`` as its marker's plain text."""
+        stand_ins = [c for c in literal if c in text]
+        if not stand_ins:
+            return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
+        from tokenizers import Encoding, Tokenizer
+
+        if self._literal_tokenizer is None:  # a second copy: the flag is the tokenizer's
+            plain = Tokenizer.from_file(str(self.root / TOKENIZER_FILE))
+            plain.encode_special_tokens = True
+            self._literal_tokenizer = plain
+        pieces = re.split("([" + "".join(stand_ins) + "])", text)
+        encodings = [
+            self._literal_tokenizer.encode(literal[piece], add_special_tokens=False)
+            if piece in literal
+            else self.tokenizer.encode(piece, add_special_tokens=False)
+            for piece in pieces
+            if piece
+        ]
+        merged = Encoding.merge(encodings, growing_offsets=True)
+        if add_special_tokens:
+            merged = self.tokenizer.post_process(merged)
+        return list(merged.ids)
 
     def decode(self, ids: Sequence[int]) -> str:
         # the file check only until the tokenizer is loaded (it ran on every streamed token)
@@ -286,9 +377,34 @@ class TextSide:
         return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=True)
 
 
+_PLANE_15 = re.compile("[\U000f0000-\U000ffffd]")  # private use: the markers' stand-ins
+
+
+def _walk(value: Any, change: Any) -> Any:
+    """``value`` with ``change(text)`` applied to each string in it (not to keys, roles or
+    part types)."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, Mapping):
+        return {k: v if k in ("role", "type") else _walk(v, change) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_walk(v, change) for v in value]
+    return value
+
+
 def as_ids(input_ids: Any) -> np.ndarray:
     """Caller ids as int64 [1, S]."""
-    ids = np.asarray(input_ids, dtype=np.int64)
+    try:
+        ids = np.asarray(input_ids, dtype=np.int64)
+    except OverflowError:  # an id beyond int64 (2**63, 10**30): no vocabulary has it
+        flat = list(np.asarray(input_ids, dtype=object).reshape(-1))
+        position, bad = next((i, x) for i, x in enumerate(flat) if not -(2**63) <= int(x) < 2**63)
+        raise RequestError(
+            f"token id {bad} at position {position} is outside the vocabulary "
+            "(it does not even fit in 64 bits)",
+            where="input_ids",
+            fix="pass ids the package's tokenizer produces",
+        ) from None
     if ids.ndim == 1:
         ids = ids[None, :]
     if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:

@@ -52,13 +52,19 @@ def default_case_paths() -> list[Path]:
     return registered_case_dirs()
 
 
-def _fail(exc: MobiusError) -> None:
+def _fail(exc: MobiusError, ctx: typer.Context) -> None:
+    """Print ``exc`` and exit 2; with ``mobius --debug`` re-raise it (the traceback shows)."""
+    from mobius.cli._common import is_debug
+
+    if is_debug(ctx):
+        raise exc
     typer.echo(f"error: {exc}", err=True)
     raise typer.Exit(2)
 
 
 @app.command("regen")
 def regen(
+    ctx: typer.Context,
     cases: Annotated[list[Path], typer.Argument(help="case files (*.case.toml) or folders")],
     golden_dir: Annotated[
         Optional[Path],  # noqa: UP045 - typer needs Optional on Python 3.10
@@ -81,7 +87,7 @@ def regen(
         files = find_cases(cases)
         loaded = [load_case(f) for f in files]
     except MobiusError as exc:
-        _fail(exc)
+        _fail(exc, ctx)
     if not loaded:
         typer.echo("error: no case files found", err=True)
         raise typer.Exit(2)
@@ -95,7 +101,7 @@ def regen(
         try:
             result = regen_case(case, golden_dir=golden_dir, device=device)
         except MobiusError as exc:
-            _fail(exc)
+            _fail(exc, ctx)
         for path in result.written:
             typer.echo(f"wrote {path}")
         for warning in result.warnings:
@@ -106,6 +112,7 @@ def regen(
 
 @app.command("reproduce")
 def reproduce(
+    ctx: typer.Context,
     cases: Annotated[list[Path], typer.Argument(help="case files (*.case.toml) or folders")],
     golden_dir: Annotated[
         Optional[Path],  # noqa: UP045
@@ -133,7 +140,7 @@ def reproduce(
     try:
         loaded = [load_case(f) for f in find_cases(cases)]
     except MobiusError as exc:
-        _fail(exc)
+        _fail(exc, ctx)
     if not loaded:
         typer.echo("error: no case files found", err=True)
         raise typer.Exit(2)
@@ -146,7 +153,7 @@ def reproduce(
         try:
             result = reproduce_case(case, golden_dir=golden_dir, device=device)
         except MobiusError as exc:
-            _fail(exc)
+            _fail(exc, ctx)
         ran += 1
         failed += result.outcome == FAIL
         typer.echo(f"{case.id}: {result.report()}")

@@ -47,8 +47,10 @@ def open_hub(
         hint = _local_path_hint(repo_id)
         if hint is None:
             raise
+        # the folder comes first and the Hub's own (multi-line) text is left to --debug
+        summary = getattr(exc, "summary", exc.what)
         raise CheckpointError(
-            f"{exc.what}; {hint}",
+            f"{hint}; as a HuggingFace Hub id it failed too: {summary}",
             where=exc.where,
             fix=f"if you meant a local folder, correct the path; else {exc.fix}",
         ) from exc.__cause__
@@ -71,7 +73,7 @@ def _local_path_hint(source: str) -> str | None:
     path = Path(source).expanduser()
     if path.exists() or not path.parent.is_dir():
         return None
-    return f"there is also no local folder {source} (its parent {path.parent}/ exists)"
+    return f"no such folder {source} (its parent {path.parent}/ exists)"
 
 
 _NETWORK_MODULES = ("httpx", "httpcore", "requests", "urllib3", "socket", "ssl", "h11", "h2")
@@ -148,7 +150,9 @@ def _snapshot(repo_id: str, revision: str | None) -> Path:
         else:
             what = "cannot reach the HuggingFace Hub and the checkpoint is not in the local cache"
             fix = "check the network connection (or proxy settings), or pass a local folder"
-        raise CheckpointError(f"{what} ({exc})", where=where, fix=fix) from exc
+        error = CheckpointError(f"{what} ({' '.join(str(exc).split())})", where=where, fix=fix)
+        error.summary = what  # what open_hub shows after "no such folder"
+        raise error from exc
     except errors.HfHubHTTPError as exc:
         raise CheckpointError(
             f"the HuggingFace Hub refused the download: {exc}",

@@ -12,6 +12,7 @@ Help is plain click text (``rich_markup_mode=None``): rich markup swallowed
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import typer
 import typer.core
@@ -80,18 +81,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(1) from None
     host.add_commands(full)
     command = tidy_help(typer.main.get_command(full))
-    _refuse_hidden_command(args, command)
+    _refuse_missing_command(args, command, host)
     command(args=args, prog_name="mobius", obj={"host": host})
 
 
-def _refuse_hidden_command(args: list[str], command: typer.core.TyperGroup) -> None:
-    """Explain an unknown command that ``MOBIUS_PLUGINS`` may have hidden; exit 2.
+def _refuse_missing_command(args: list[str], command: typer.core.TyperGroup, host: Any) -> None:
+    """Explain an unknown command that a plugin would add; exit 2.
 
-    Why: with ``MOBIUS_PLUGINS=gemma4``, ``mobius run`` answered only "No such
-    command 'run'" although mobius-runtime is installed.
+    Why: with ``MOBIUS_PLUGINS=gemma4``, or without mobius-runtime installed,
+    ``mobius run`` answered only "No such command 'run'" with no hint of what to
+    install. Says which distribution adds the command, and whether it is missing,
+    failed to load, or is kept out by ``MOBIUS_PLUGINS``.
     """
     import os
 
+    from mobius.plugin_env import REPOSITORY_COMMANDS, install_hint
     from mobius.plugins import ENV_ALLOW_LIST, hidden_by_allow_list
 
     name = next((a for a in args if not a.startswith("-")), None)
@@ -99,7 +103,25 @@ def _refuse_hidden_command(args: list[str], command: typer.core.TyperGroup) -> N
         return
     hidden = hidden_by_allow_list()
     if not hidden:
-        return
+        distribution = REPOSITORY_COMMANDS.get(name)
+        if distribution is None:
+            return
+        broken = [r for r in host.records() if r.distribution == distribution and r.status != "ok"]
+        if broken:
+            record = broken[0]
+            typer.echo(
+                f"error: no command {name!r}: it comes with {distribution}, whose plugin "
+                f"{record.name!r} is installed but {record.status} ({record.reason})\n"
+                f"  fix: see `mobius plugins`; reinstall it: {install_hint(distribution)}",
+                err=True,
+            )
+        else:
+            typer.echo(
+                f"error: no command {name!r}: it comes with {distribution}, which is not "
+                f"installed\n  fix: {install_hint(distribution)}",
+                err=True,
+            )
+        raise SystemExit(2)
     typer.echo(
         f"error: no command {name!r}; {ENV_ALLOW_LIST}={os.environ.get(ENV_ALLOW_LIST, '')!r} "
         f"keeps these installed plugins from loading, and with them their commands: "

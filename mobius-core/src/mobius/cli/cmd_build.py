@@ -205,7 +205,7 @@ def quant_options_of(
 ) -> Any:
     """:class:`mobius.records.QuantOptions` from the CLI options (BuildError if invalid)."""
     from mobius.errors import BuildError
-    from mobius.records import QuantOptions
+    from mobius.records import BLOCK_SIZES, QuantOptions
 
     try:
         return QuantOptions(
@@ -220,7 +220,7 @@ def quant_options_of(
         raise BuildError(
             str(exc),
             where="mobius build options",
-            fix="use --block-size 16|32|64|128|256 and --accuracy-level 0..4",
+            fix=f"use --block-size {'|'.join(map(str, BLOCK_SIZES))} and --accuracy-level 0..4",
         ) from exc
 
 
@@ -267,7 +267,10 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         block_size: Annotated[
-            int, typer.Option("--block-size", help="Values per quantization block (16..256, 2^n).")
+            int,
+            typer.Option(
+                "--block-size", help="Values per quantization block: 16, 32, 64, 128 or 256."
+            ),
         ] = 32,
         accuracy_level: Annotated[
             int | None,

@@ -70,6 +70,12 @@ def _print_quantization(q: dict[str, Any]) -> None:
                 key = f"{op} int{t.get('bits')}"
                 ops[key] = ops.get(key, 0) + 1
         listing = ", ".join(f"{n} {k}" for k, n in sorted(ops.items())) or "none"
+        # a tied table feeds both ops: counted under each, stored once (53 = 2 + 52 - 1)
+        shared = sorted(n for n, t in tensors.items() if len(t.get("ops", [])) > 1)
+        if shared:
+            listing += (
+                f"; read by several ops, counted under each, stored once: {', '.join(shared)}"
+            )
         echo(
             f"    {name}: {len(tensors)} tensors quantized ({listing}); "
             f"{human_size(c.get('quantized_bytes', 0))} quantized, "

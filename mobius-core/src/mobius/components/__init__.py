@@ -3,8 +3,8 @@
 Both families (Gemma 4 and Qwen3) build their graphs from these pieces, so numerics
 that are easy to get wrong (float32 RMSNorm accumulation, rotary layout, KV-cache
 layout) are written and tested once. One documented signature each (the docstrings
-pin constructor and ``forward(op, ...)``; docs/internals.md, and docs/writing-a-plugin.md
-§6 for how a family uses them):
+pin constructor and ``forward(op, ...)``; docs/internals.md; for how a family uses
+them, docs/writing-a-plugin.md §6 "A second real family"):
 
 - ``Linear`` (optional bias), ``linear_transposed`` (a ``[out, in]`` head, tied or not),
   ``Embedding``;

@@ -44,6 +44,7 @@ from mobius.weights.plan import (
     PlannedTensor,
     WeightPlan,
     bind,
+    non_float_sources,
     plan_problems,
     unused_tensors,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "concat",
     "constant",
     "count_non_finite",
+    "non_float_sources",
     "plan_problems",
     "ref",
     "unused_tensors",

@@ -12,7 +12,14 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius.errors import WeightPlanError
-from mobius.weights.dtypes import CHUNK_BYTES, IR_DTYPES, NAME_OF_IR, NUMPY_DTYPES, Shape
+from mobius.weights.dtypes import (
+    CHUNK_BYTES,
+    FLOATS,
+    IR_DTYPES,
+    NAME_OF_IR,
+    NUMPY_DTYPES,
+    Shape,
+)
 from mobius.weights.expr import TensorExpr, _Constant, _Reshape
 from mobius.weights.finite import count_non_finite, warn_non_finite
 
@@ -211,6 +218,31 @@ def plan_problems(plan: WeightPlan, checkpoint: Checkpoint) -> tuple[list[str], 
             problems.append(f"initializer {name!r}: {exc.what} in {exc.where or expr!r}")
             unresolved.add(name)
     return problems, unresolved
+
+
+def non_float_sources(plan: WeightPlan, checkpoint: Checkpoint) -> list[tuple[str, str, str]]:
+    """(initializer, checkpoint tensor, its dtype) where an integer or bool tensor is cast
+    into a float parameter, from headers only.
+
+    Why: a raw int8 or bitsandbytes checkpoint (int8 / uint8 data, with scales kept
+    elsewhere) was cast to float without a word, and the model generated garbage;
+    the builder refuses such a checkpoint, naming the tensor and its dtype.
+    """
+    found = []
+    for name, expr in plan.entries.items():
+        if any(r not in checkpoint.tensors for r in expr.refs()):
+            continue  # plan_problems reports it
+        try:
+            _, dtype = expr.shape_dtype(checkpoint)
+        except WeightPlanError:
+            continue  # plan_problems reports it
+        if dtype not in FLOATS:
+            continue
+        for ref_name in dict.fromkeys(expr.refs()):
+            source = checkpoint.tensors[ref_name].dtype_name
+            if source not in FLOATS:
+                found.append((name, ref_name, source))
+    return found
 
 
 def bind(

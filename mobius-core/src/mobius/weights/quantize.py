@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mobius.errors import WeightPlanError
+from mobius.records import BLOCK_SIZES
 from mobius.weights.dtypes import FLOATS, NUMPY_DTYPES, Shape
 from mobius.weights.expr import TensorExpr, _Cast, _Ref, _Transpose
 
@@ -84,8 +85,8 @@ def check_scheme(bits: int, block_size: int) -> None:
     """Raise ValueError unless ``bits`` / ``block_size`` are ones the kernels take."""
     if bits not in BITS:
         raise ValueError(f"bits must be one of {BITS}, got {bits}")
-    if block_size < 16 or block_size & (block_size - 1):
-        raise ValueError(f"block size must be a power of two >= 16, got {block_size}")
+    if block_size not in BLOCK_SIZES:
+        raise ValueError(f"block size must be a power of two in {BLOCK_SIZES}, got {block_size}")
 
 
 def n_blocks(k: int, block_size: int) -> int:
@@ -161,10 +162,18 @@ def _round_scale(scale: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return scale.astype(dtype).astype(np.float32)
 
 
+TINY_SCALE = float(1.0 / np.finfo(np.float32).max)
+"""Scales below this (blocks of subnormal weights, ``|w| < ~2e-38``) have no float32
+reciprocal: ``1 / scale`` overflowed to inf (numpy printed ``RuntimeWarning: overflow``)
+and ``0 * inf`` made NaN levels. Such a block is given level ``zero`` everywhere, so it
+reads back as exactly 0, off by at most ``2**bits * TINY_SCALE`` (~5e-38) per value."""
+
+
 def _round_levels(x: np.ndarray, scale: np.ndarray, lo: float, hi: float, zero: Any = 0.0):
     """``clip(rint(x / scale) + zero, lo, hi)`` in float32, in place on a fresh array
-    (a zero scale gives level ``zero``)."""
-    inv = np.divide(1.0, scale, out=np.zeros_like(scale), where=scale != 0)
+    (a zero scale, or one below :data:`TINY_SCALE`, gives level ``zero``)."""
+    usable = np.abs(scale) >= TINY_SCALE
+    inv = np.divide(1.0, scale, out=np.zeros_like(scale), where=usable)
     q = np.multiply(x, inv[..., None])
     np.rint(q, out=q)
     if not isinstance(zero, float) or zero:

@@ -122,8 +122,9 @@ def _read_file(data: bytes, where: str, max_samples: int | None) -> tuple[np.nda
     """
     import soundfile
 
+    buffer = io.BytesIO(data)
     try:
-        with soundfile.SoundFile(io.BytesIO(data)) as f:
+        with soundfile.SoundFile(buffer) as f:
             _check_rate(int(f.samplerate), where)
             frames = -1
             if max_samples is not None:
@@ -133,8 +134,10 @@ def _read_file(data: bytes, where: str, max_samples: int | None) -> tuple[np.nda
     except MediaError:
         raise
     except (RuntimeError, OSError, ValueError, EOFError) as e:
-        raise MediaError(
-            f"cannot read audio: {e}", where=where, fix="pass an intact WAV or FLAC file"
+        raise MediaError(  # soundfile names the buffer it read: name the input instead
+            f"cannot read audio: {str(e).replace(repr(buffer), where)}",
+            where=where,
+            fix="pass an intact WAV or FLAC file",
         ) from e
 
 

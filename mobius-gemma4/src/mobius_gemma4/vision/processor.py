@@ -87,10 +87,11 @@ def _decode(data: bytes, where: str) -> np.ndarray:
     """Encoded image bytes → ``uint8 [H, W, 3]``; every decoder failure is a MediaError."""
     from PIL import Image
 
+    buffer = io.BytesIO(data)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            pil = Image.open(io.BytesIO(data))
+            pil = Image.open(buffer)
             _check_pixels(pil.height, pil.width, where)
             return np.asarray(pil.convert("RGB"), dtype=np.uint8)
     except MediaError:
@@ -102,8 +103,9 @@ def _decode(data: bytes, where: str) -> np.ndarray:
             fix="pass a smaller image",
         ) from e
     except (OSError, SyntaxError, ValueError, EOFError, zlib.error) as e:
+        # Pillow names the buffer it read ("<_io.BytesIO object at 0x…>"): name the input
         raise MediaError(
-            f"cannot decode image: {e}",
+            f"cannot decode image: {str(e).replace(repr(buffer), where)}",
             where=where,
             fix="pass an intact image file (PNG, JPEG, …)",
         ) from e

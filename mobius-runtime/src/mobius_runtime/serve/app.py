@@ -5,6 +5,13 @@ streamed as server-sent events like OpenAI's, ending with ``data: [DONE]``, or
 answered whole) and ``GET /health`` (no key needed). A request is checked and turned
 into model inputs (chat template, media preprocessing) *before* it is queued, so a bad
 one is a 400 even when it asked for a stream.
+
+Limits: a body over ``max_request_bytes`` is a 413 before it is parsed; remote media
+are fetched on the event loop (at most ``media.MAX_FETCHES`` at once, none of them
+holding a worker thread) and requests with media are preprocessed at most
+``media.MAX_DECODES`` at once, each image's size read from its header first. On
+shutdown (:meth:`Settings.shut_down`) every open request gets its 503 ``shutting_down``
+error object at once (a stream: an error chunk, then ``data: [DONE]``).
 """
 
 from __future__ import annotations
@@ -22,16 +29,18 @@ import numpy as np
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException
 
 from mobius.errors import MobiusError
 from mobius_runtime.engine import Engine, EngineStopped, Finished, QueueFull, Sampling
-from mobius_runtime.serve import errors
+from mobius_runtime.serve import errors, media
 from mobius_runtime.serve.errors import ApiError
-from mobius_runtime.serve.media import decode_base64, url_bytes
 from mobius_runtime.serve.schemas import ChatRequest, CompletionRequest, Message
 
 DISCONNECT_POLL_S = 0.25  # how often a whole-answer request checks that its client is there
 DEFAULT_MAX_TOKENS = 2048  # a chat request without max_tokens (at most the rest of the context)
+DEFAULT_MAX_REQUEST_MB = 8.0  # request bodies larger than this are refused (413)
+NAME_SHOWN = 80  # characters of a client's model name quoted back in an error
 
 
 class Settings:
@@ -43,25 +52,47 @@ class Settings:
         model_name: str,
         api_key: str | None = None,
         allow_remote_media: bool = False,
+        *,
+        allow_private_media: bool = False,
+        max_request_mb: float = DEFAULT_MAX_REQUEST_MB,
+        literal_special: bool = True,
     ) -> None:
         self.engine = engine
         self.pipeline = engine.pipeline
         self.model_name = model_name
-        self.api_key = api_key
-        self.allow_remote_media = allow_remote_media
+        # compared as bytes: a header is Latin-1 bytes, a key may be any text (UTF-8)
+        self.api_key = None if api_key is None else api_key.encode("utf-8")
+        self.media = media.Policy(allow_remote_media, allow_private_media)
+        self.max_request_bytes = int(max_request_mb * 1024 * 1024)
+        # special markers a client types in messages are plain text, not control tokens
+        self.literal_special = literal_special
         self.created = int(time.time())
+        self.open: set[asyncio.Queue[tuple[str, Any]]] = set()  # the open requests' events
+
+    def shut_down(self) -> None:
+        """Refuse new requests and answer every open one with its 503 (on the loop's thread).
+
+        The engine thread finishes its current step on its own; whoever started it
+        joins it (:meth:`Engine.stop`) before the process exits.
+        """
+        self.engine.stop(timeout=0)
+        for events in self.open:
+            events.put_nowait(("shutdown", None))
 
 
 def create_app(settings: Settings) -> FastAPI:
     """The FastAPI app; the caller starts and stops ``settings.engine``."""
     app = FastAPI(title="mobius serve", docs_url=None, redoc_url=None, openapi_url=None)
     errors.install(app)
+    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    media.limit_image_pixels()
 
     def authorized(request: Request) -> None:
         if settings.api_key is None:
             return
         scheme, _, key = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(key, settings.api_key):
+        raw = key.encode("latin-1")  # Starlette decoded the header's bytes as Latin-1
+        if scheme.lower() != "bearer" or not secrets.compare_digest(raw, settings.api_key):
             raise ApiError(401, "missing or wrong API key", None, "invalid_api_key")
 
     @app.get("/health")
@@ -81,12 +112,16 @@ def create_app(settings: Settings) -> FastAPI:
     @app.post("/v1/chat/completions", dependencies=[Depends(authorized)])
     async def chat(body: ChatRequest, request: Request) -> Any:
         _check_model(settings, body.model)
-        caller = await run_in_threadpool(_prepare, _chat_inputs, settings, body.messages)
+        body.check_supported()
+        messages, has_media = await _hf_messages(settings, body.messages)
+        async with settings.media.decodes if has_media else contextlib.nullcontext():
+            caller = await run_in_threadpool(_prepare, _chat_inputs, settings, messages)
         return await _answer(settings, request, body, caller, chat=True)
 
     @app.post("/v1/completions", dependencies=[Depends(authorized)])
     async def completions(body: CompletionRequest, request: Request) -> Any:
         _check_model(settings, body.model)
+        body.check_supported()
         caller = await run_in_threadpool(_prepare, _prompt_inputs, settings, body.prompt)
         return await _answer(settings, request, body, caller, chat=False)
 
@@ -102,11 +137,48 @@ def _model_card(settings: Settings) -> dict[str, Any]:
     }
 
 
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes is a 413, before it is parsed.
+
+    A declared ``Content-Length`` over the limit is refused before any byte is read; a
+    chunked body is counted as it arrives and refused as soon as it passes the limit.
+    """
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    def _error(self, size: str) -> str:
+        mb = self.limit / (1024 * 1024)
+        return f"the request body is {size}, over this server's {mb:g} MB (--max-request-mb)"
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if declared.isdigit() and int(declared) > self.limit:
+            message = self._error(f"{int(declared)} bytes")
+            await ApiError(413, message, None, "request_too_large").response()(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:  # FastAPI passes an HTTPException out of body parsing
+                raise HTTPException(413, self._error(f"over {self.limit} bytes"))
+            return message
+
+        await self.app(scope, counted, send)
+
+
 def _check_model(settings: Settings, name: str) -> None:
     if name != settings.model_name:
+        shown = name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN] + f"… ({len(name)} chars)"
         raise ApiError(
             404,
-            f"the model {name!r} does not exist; this server serves {settings.model_name!r}",
+            f"the model {shown!r} does not exist; this server serves {settings.model_name!r}",
             "model",
             "model_not_found",
         )
@@ -132,9 +204,15 @@ def _prepare(build: Any, settings: Settings, source: Any) -> dict[str, Any]:
     return caller
 
 
-def _hf_messages(settings: Settings, messages: list[Message]) -> list[dict[str, Any]]:
-    """OpenAI messages as HF writes them (media parts as bytes for the processors)."""
-    out = []
+async def _hf_messages(
+    settings: Settings, messages: list[Message]
+) -> tuple[list[dict[str, Any]], bool]:
+    """OpenAI messages as HF writes them (media parts as bytes for the processors).
+
+    Remote media are fetched here, on the event loop; each image's header is read
+    (its pixel count checked) before any decoding. Also says whether media were given.
+    """
+    out, has_media = [], False
     for i, message in enumerate(messages):
         role = "system" if message.role == "developer" else message.role
         content = message.content
@@ -147,19 +225,21 @@ def _hf_messages(settings: Settings, messages: list[Message]) -> list[dict[str, 
             if part.type == "text":
                 parts.append({"type": "text", "text": part.text})
             elif part.type == "image_url":
-                data = url_bytes(
-                    part.image_url.url, param + ".image_url.url", settings.allow_remote_media
-                )
+                where = param + ".image_url.url"
+                data = await media.url_bytes(part.image_url.url, where, settings.media)
+                media.check_image(data, where)
                 parts.append({"type": "image", "image": data})
+                has_media = True
             else:
-                data = decode_base64(part.input_audio.data, param + ".input_audio.data")
+                data = media.decode_base64(part.input_audio.data, param + ".input_audio.data")
                 parts.append({"type": "audio", "audio": data})
+                has_media = True
         out.append({"role": role, "content": parts})
-    return out
+    return out, has_media
 
 
-def _chat_inputs(settings: Settings, messages: list[Message]) -> dict[str, Any]:
-    return settings.pipeline.encode_messages(_hf_messages(settings, messages))
+def _chat_inputs(settings: Settings, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return settings.pipeline.encode_messages(messages, settings.literal_special)
 
 
 def _prompt_inputs(settings: Settings, prompt: str | list[int]) -> dict[str, Any]:
@@ -202,6 +282,7 @@ async def _answer(
         raise ApiError(429, f"the server is busy: {exc}; retry later", None, "queue_full") from None
     except EngineStopped as exc:
         raise ApiError(503, str(exc), None, "shutting_down") from None
+    settings.open.add(events)
     head = {"id": rid, "created": int(time.time()), "model": settings.model_name}
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -220,16 +301,22 @@ async def _answer(
                     return JSONResponse({}, status_code=499)
             if kind == "error":
                 raise _engine_error(data)
+            if _shut(kind, data):
+                raise _shutdown_error(data.completion_tokens if data else len(handle.ids))
             if kind == "done":
-                if data.finish_reason == "cancelled":
-                    raise _shutdown_error(data)
                 return _whole(head, data, chat)
     finally:
+        settings.open.discard(events)
         settings.engine.cancel(handle)
 
 
-def _shutdown_error(done: Finished) -> ApiError:
-    """A request the engine cancelled while its client still waited: the server stopped.
+def _shut(kind: str, data: Any) -> bool:
+    """The server is stopping: ``shut_down`` said so, or the engine cancelled the request."""
+    return kind == "shutdown" or (kind == "done" and data.finish_reason == "cancelled")
+
+
+def _shutdown_error(generated: int) -> ApiError:
+    """A request cancelled while its client still waited: the server is stopping.
 
     OpenAI has no finish_reason for this, so the client gets an error object (503, code
     ``shutting_down``) rather than a truncated answer that looks complete.
@@ -237,7 +324,7 @@ def _shutdown_error(done: Finished) -> ApiError:
     return ApiError(
         503,
         f"the server is shutting down: this request was cancelled after "
-        f"{done.completion_tokens} generated tokens; retry it",
+        f"{generated} generated tokens; retry it",
         None,
         "shutting_down",
     )
@@ -304,8 +391,9 @@ async def _stream(
                 if kind == "error":
                     yield _sse(_engine_error(data).body())
                     break
-                if data.finish_reason == "cancelled":  # only a shutdown cancels a live stream
-                    yield _sse(_shutdown_error(data).body())
+                if _shut(kind, data):  # only a shutdown cancels a live stream
+                    generated = data.completion_tokens if data else len(handle.ids)
+                    yield _sse(_shutdown_error(generated).body())
                     break
                 yield chunk({} if chat else "", data.finish_reason)
                 if usage:
@@ -313,6 +401,7 @@ async def _stream(
                 break
         yield "data: [DONE]\n\n"
     finally:
+        settings.open.discard(events)
         settings.engine.cancel(handle)
 
 

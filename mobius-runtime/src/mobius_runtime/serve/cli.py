@@ -1,19 +1,25 @@
 """``mobius serve PACKAGE``: the OpenAI-compatible server, run by uvicorn.
 
 Needs the ``[serve]`` extra (FastAPI, uvicorn); without it the command says how to
-install it. SIGINT / SIGTERM stop accepting connections, let running requests finish
-for up to ``GRACE_S`` seconds, cancel the rest, and exit with status 0.
+install it. The port is bound before the model loads, so a busy one fails at once.
+SIGINT / SIGTERM stop accepting connections and answer every open request with its 503
+``shutting_down`` error object (a stream: an error chunk, then ``[DONE]``); connections
+get ``GRACE_S`` seconds to take it; then the process waits for the engine thread to end
+its current model step (it may be inside onnxruntime, which must not be torn down under
+it) and exits with status 0.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from mobius.cli._common import is_debug
 from mobius.errors import MobiusError
 
 GRACE_S = 3
@@ -21,6 +27,7 @@ log = logging.getLogger("mobius_runtime.serve")
 
 
 def serve(
+    ctx: typer.Context,
     package: Annotated[Path, typer.Argument(help="Model package folder (has mobius.json).")],
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
     port: Annotated[
@@ -37,14 +44,41 @@ def serve(
         int, typer.Option("--max-batch", min=1, help="Requests decoded together.")
     ] = 8,
     max_queue: Annotated[
-        int, typer.Option("--max-queue", min=0, help="Waiting requests before 429.")
+        int,
+        typer.Option(
+            "--max-queue",
+            min=0,
+            help="Requests waiting beyond the free batch slots before 429 (0: no queue).",
+        ),
     ] = 64,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     threads: Annotated[int | None, typer.Option("--threads", help="onnxruntime threads.")] = None,
     allow_remote_media: Annotated[
         bool,
-        typer.Option("--allow-remote-media", help="Fetch http(s) image URLs (size/time limited)."),
+        typer.Option(
+            "--allow-remote-media",
+            help="Fetch http(s) image URLs of public hosts (size/time limited).",
+        ),
     ] = False,
+    allow_private_media: Annotated[
+        bool,
+        typer.Option(
+            "--allow-private-media",
+            help="With --allow-remote-media: also loopback, private and link-local hosts.",
+        ),
+    ] = False,
+    max_request_mb: Annotated[
+        float,
+        typer.Option("--max-request-mb", min=0.001, help="Largest request body (MB); 413 above."),
+    ] = 8.0,
+    literal_special: Annotated[
+        bool,
+        typer.Option(
+            "--literal-special-in-content/--special-in-content",
+            help="Special markers typed in messages (<|turn>, <|im_start|> ...) are plain "
+            "text, so a client cannot forge a turn (the default); or control tokens, as HF.",
+        ),
+    ] = True,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Serve PACKAGE over the OpenAI HTTP API (chat, completions, streaming, batching)."""
@@ -59,19 +93,28 @@ def serve(
             max_queue,
             device,
             threads,
-            allow_remote_media,
+            {
+                "allow_remote_media": allow_remote_media,
+                "allow_private_media": allow_private_media,
+                "max_request_mb": max_request_mb,
+                "literal_special": literal_special,
+            },
         )
     except MobiusError as exc:
-        if debug:
+        if is_debug(ctx, debug):  # `mobius --debug serve` as well as `serve --debug`
             raise
         typer.echo(f"error: {exc.render()}", err=True)
         raise typer.Exit(1) from None
     try:
-        server.run()
-    except SystemExit as exc:  # uvicorn exits this way when it cannot bind
+        server.run(sockets=[server.socket])
+    except SystemExit as exc:  # uvicorn exits this way when it cannot start
         if exc.code in (0, None):
             raise
         server.started = False
+    finally:
+        # the engine thread may be inside onnxruntime: let it end its step before the
+        # interpreter tears the session down (that aborts the process)
+        server.settings.engine.stop(timeout=None)
     if not server.started:
         typer.echo(
             f"error: could not listen on {host}:{port} (uvicorn's log above says why)\n"
@@ -91,7 +134,7 @@ def _server(
     max_queue: int,
     device: str,
     threads: int | None,
-    allow_remote_media: bool,
+    options: dict[str, Any],
 ) -> Any:
 
     try:
@@ -102,7 +145,7 @@ def _server(
         raise MobiusError(
             f"`mobius serve` needs FastAPI and uvicorn ({exc})",
             where="mobius-runtime[serve]",
-            fix='pip install "mobius-runtime[serve]"',
+            fix='pip install "./mobius-runtime[serve]" (from a clone of the repository)',
         ) from None
     from mobius_runtime.cli import require_package
     from mobius_runtime.engine import Engine
@@ -111,6 +154,7 @@ def _server(
 
     require_package(package)
     _configure_logging()
+    sock = _bind(host, port)  # before loading: a busy port fails in seconds, not minutes
     log.info("loading %s (device %s)", package, device)
     pipeline = Pipeline.load(package, device=device, threads=threads)
     if pipeline.plan.logits is None:
@@ -123,13 +167,13 @@ def _server(
         log.warning("listening on %s without --api-key: anyone who can reach it may use it", host)
     engine = Engine(pipeline, max_batch=max_batch, max_queue=max_queue)
     name = model_name or package.resolve().name
-    settings = Settings(engine, name, api_key, allow_remote_media)
+    settings = Settings(engine, name, api_key, **options)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any):
         engine.start()
         yield
-        engine.stop(timeout=GRACE_S)
+        settings.shut_down()  # the engine thread is joined after the loop ends
 
     app = create_app(settings)
     app.router.lifespan_context = lifespan
@@ -141,7 +185,27 @@ def _server(
         log_config=None,
         access_log=False,
     )
-    return _make_server(config, name, engine)
+    server = _make_server(config, name, settings)
+    server.socket = sock
+    return server
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (uvicorn listens on it), or a one-line error."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        sock.bind(address)
+    except OSError as exc:
+        raise MobiusError(
+            f"could not listen on {host}:{port}: {exc.strerror or exc}",
+            where="--host / --port",
+            fix="choose a free --port (0 picks one) or stop what holds this one",
+        ) from None
+    return sock
 
 
 def _configure_logging() -> None:
@@ -154,12 +218,20 @@ def _configure_logging() -> None:
         logger.propagate = False
 
 
-def _make_server(config: Any, name: str, engine: Any) -> Any:
-    """uvicorn's Server that logs the bound address and exits 0 after a signal."""
+def _make_server(config: Any, name: str, settings: Any) -> Any:
+    """uvicorn's Server that logs the bound address and, on a signal, answers every open
+    request with its 503 at once (then exits 0)."""
+    import asyncio
+
     import uvicorn
 
+    engine = settings.engine
+
     class Server(uvicorn.Server):
+        loop: Any = None
+
         async def startup(self, sockets: Any = None) -> None:
+            self.loop = asyncio.get_running_loop()
             await super().startup(sockets)
             for server in self.servers:
                 for sock in server.sockets:
@@ -173,6 +245,11 @@ def _make_server(config: Any, name: str, engine: Any) -> Any:
                         engine.max_queue,
                     )
 
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if not self.should_exit and self.loop is not None:  # the first signal
+                self.loop.call_soon_threadsafe(settings.shut_down)
+            super().handle_exit(sig, frame)
+
         @contextlib.contextmanager
         def capture_signals(self):  # type: ignore[override]
             with super().capture_signals():
@@ -181,4 +258,6 @@ def _make_server(config: Any, name: str, engine: Any) -> Any:
                 # re-raise it once its handlers are restored; clear it so we exit 0
                 self._captured_signals.clear()
 
-    return Server(config)
+    server = Server(config)
+    server.settings = settings
+    return server

@@ -2,14 +2,22 @@
 
 Unknown fields are ignored, as OpenAI's API does; a wrong type or range is an HTTP 400
 with OpenAI's error object (see :mod:`mobius_runtime.serve.errors`). Only what the
-runtime can honour is accepted: ``n`` must be 1; ``temperature`` 0 means greedy.
+runtime can honour is accepted: ``n`` must be 1; ``temperature`` 0 means greedy. Fields
+of OpenAI's API that the runtime does not implement yet (``tools``, ``tool_choice``,
+``response_format``, ``logprobs``, ``top_logprobs``) are refused with a 400 naming the
+field when they ask for something (``null``, ``false``, ``[]``, ``tool_choice: "none"``
+and ``response_format: {"type": "text"}`` ask for nothing and are accepted).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from mobius_runtime.serve.errors import ApiError
+
+MAX_STOPS = 4  # OpenAI's limit on the number of stop strings
 
 
 class _Body(BaseModel):
@@ -60,9 +68,33 @@ class _Sampling(_Body):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     seed: int | None = Field(None, ge=0)
     max_tokens: int | None = Field(None, ge=1)
-    stop: str | list[str] | None = Field(None, max_length=4)
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOPS)] | None = None
     n: int = Field(1, ge=1, le=1)
     user: str | None = None
+    # OpenAI fields not implemented yet: taken only to refuse them (see check_supported)
+    tools: Any = None
+    tool_choice: Any = None
+    response_format: Any = None
+    logprobs: Any = None
+    top_logprobs: Any = None
+
+    def check_supported(self) -> None:
+        """A 400 naming the first field that asks for a feature not implemented yet."""
+        asks = {
+            "tools": bool(self.tools),
+            "tool_choice": self.tool_choice not in (None, "none"),
+            "response_format": self.response_format not in (None, {"type": "text"}),
+            "logprobs": self.logprobs not in (None, False, 0),
+            "top_logprobs": self.top_logprobs not in (None, 0),
+        }
+        for name, asked in asks.items():
+            if asked:
+                raise ApiError(
+                    400,
+                    f"{name} is not supported yet by mobius serve; remove it from the request",
+                    name,
+                    "unsupported_parameter",
+                )
 
     def stops(self) -> tuple[str, ...]:
         if self.stop is None:
