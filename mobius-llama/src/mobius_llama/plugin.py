@@ -13,6 +13,7 @@ from __future__ import annotations
 from mobius.lm.family import DecoderFamily
 from mobius.records import ModelTypeInfo
 from mobius_llama.config import read_config
+from mobius_llama.gguf import translate
 
 FAMILY = DecoderFamily(
     "Llama",
@@ -31,4 +32,5 @@ FAMILY = DecoderFamily(
         ),
     ],
     read_config,
+    gguf=translate,
 )
