@@ -27,6 +27,12 @@ def _weights(config, checkpoint, options: BuildOptions):
     return weight_plan(config, checkpoint, options.port_dtype)
 
 
+def _gguf(architecture: str, metadata, tensors):
+    from mobius_qwen3.gguf import translate
+
+    return translate(architecture, metadata, tensors)
+
+
 FAMILY = DecoderFamily(
     "Qwen3",
     [
@@ -48,4 +54,5 @@ FAMILY = DecoderFamily(
     weight_plan=_weights,
     format_prompt=format_chat_prompt,
     genai_types={"qwen3_moe": "qwen3"},
+    gguf=_gguf,
 )

@@ -41,7 +41,7 @@ def _default_plan(config, checkpoint, options: BuildOptions):
 
 class DecoderFamily:
     """``DecoderFamily(name, model_types, read_config, *, build=None, weight_plan=None,
-    format_prompt=None, genai_types=None)``: the plugin object of a one-``model`` decoder
+    format_prompt=None, genai_types=None, gguf=None)``: the plugin object of a one-``model`` decoder
     LM family (see the module docstring)."""
 
     def __init__(
@@ -54,6 +54,7 @@ class DecoderFamily:
         weight_plan: Callable[[Any, Any, BuildOptions], Any] | None = None,
         format_prompt: Callable[[str, int, int], str] | None = None,
         genai_types: Mapping[str, str] | None = None,
+        gguf: Callable[[str, Mapping[str, Any], Mapping[str, Any]], Any] | None = None,
     ) -> None:
         self.name = name
         self.model_types = tuple(model_types)
@@ -62,6 +63,7 @@ class DecoderFamily:
         self.weight_plan = weight_plan or _default_plan
         self.format_prompt = format_prompt
         self.genai_types = dict(genai_types or {})
+        self.gguf = gguf
 
     def __repr__(self) -> str:
         return f"DecoderFamily({self.name!r})"
@@ -103,3 +105,8 @@ class DecoderFamily:
         # genai_config.json; tokenizer files and the chat template: core copies them
         genai = self.genai_types.get(config.model_type, config.model_type)
         return runtime_files(config, checkpoint, genai)
+
+    @hookimpl
+    def mobius_gguf_translation(self, architecture: str, metadata, tensors):
+        # ``gguf(architecture, metadata, tensors)``: the family's GGUF reading, or None
+        return None if self.gguf is None else self.gguf(architecture, metadata, tensors)
