@@ -88,7 +88,7 @@ def gguf_builds(tmp_path_factory):
 @pytest.mark.parametrize("kind", ["F32", "F16", "Q8_0"])
 def test_gguf_package_equals_safetensors_build(gguf_builds, mobius_build, kind):
     pytest.importorskip("onnxruntime")
-    from qwen3_ref.run import load_pipeline, step_logits
+    from mobius_testing.lm_parity import load_pipeline, step_logits
 
     ids = np.random.default_rng(11).integers(6, 512, size=(1, 24), dtype=np.int64)
     ref_pipe = load_pipeline(mobius_build(TINY, dtype="f32"))
@@ -182,8 +182,9 @@ def test_gguf_package_matches_hf_gguf_loader(gguf_builds):
     if (reason := missing_reference()) is not None:
         pytest.skip(reason)
     import torch
-    from qwen3_ref.run import load_pipeline, step_logits
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from mobius_testing.lm_parity import load_pipeline, step_logits
 
     path, package = gguf_builds["F32"]
     from mobius.package import MANIFEST_NAME
@@ -223,7 +224,8 @@ def test_quant_keeps_the_gguf_blocks(tmp_path, kind, quant):
     package computes what the dequantized (--dtype f32) build of the same file does."""
     pytest.importorskip("onnxruntime")
     import onnx
-    from qwen3_ref.run import load_pipeline, step_logits
+
+    from mobius_testing.lm_parity import load_pipeline, step_logits
 
     path = _qwen3_gguf(tmp_path / f"m-{kind}.gguf", kind)
     packages = {}

@@ -14,6 +14,13 @@ from mobius.lm.family import DecoderFamily
 from mobius.records import ModelTypeInfo
 from mobius_llama.config import read_config
 
+
+def _gguf(architecture: str, metadata, tensors):
+    from mobius_llama.gguf import translate
+
+    return translate(architecture, metadata, tensors)
+
+
 FAMILY = DecoderFamily(
     "Llama",
     [
@@ -31,4 +38,5 @@ FAMILY = DecoderFamily(
         ),
     ],
     read_config,
+    gguf=_gguf,
 )
