@@ -133,3 +133,28 @@ def test_more_media_parts_than_the_template_renders(tmp_path):
     assert "1 image part(s) but the chat template rendered 0 <|image|> placeholder(s)" in str(
         info.value
     )
+
+
+STRING_TEMPLATE = (
+    "{% for m in messages %}{{ '<|turn>' + m['role'] + '\\n' + m['content'] + '<turn|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|turn>model\\n' }}{% endif %}"
+)
+"""A template that concatenates ``content`` as a string (SmolLM2's, Llama 2's do)."""
+
+
+def test_text_turns_reach_a_string_template_as_strings(tmp_path):
+    import shutil
+
+    import mobius
+
+    source = tmp_path / "ckpt"
+    shutil.copytree(MEDIA.parent / "tiny-gemma4", source)
+    (source / "chat_template.jinja").write_text(STRING_TEMPLATE)
+    package = mobius.build(str(source), str(tmp_path / "pkg")).out
+    p = Pipeline.load(package, device="cpu")
+    turn = ChatSession(p, max_new_tokens=2).send("Hello")
+    want = p.generate(prompt="<|turn>user\nHello<turn|>\n<|turn>model\n", max_new_tokens=2)
+    assert turn.prompt_ids == want.prompt_ids
+    cmd = [_mobius(), "run", str(package), "--prompt", "Hello", "--max-new-tokens", "2"]
+    run = subprocess.run([*cmd, "--device", "cpu"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr

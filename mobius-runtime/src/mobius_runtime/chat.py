@@ -44,6 +44,23 @@ ROLES = ("system", "user", "assistant", "tool")
 PART_TYPES = ("text", "image", "audio")
 
 
+def user_message(
+    text: str, images: Sequence[Any] = (), audio: Sequence[Any] = ()
+) -> dict[str, Any]:
+    """One user turn as the CLI and :class:`~mobius_runtime.session.ChatSession` send it:
+    the media as parts before the text, or, with no media, the text as a plain string
+    (many real templates, SmolLM2's and Llama 2's among them, concatenate
+    ``message['content']`` as a string)."""
+    if not images and not audio:
+        return {"role": "user", "content": text}
+    parts: list[dict[str, Any]] = [
+        *({"type": "image", "image": item} for item in images),
+        *({"type": "audio", "audio": item} for item in audio),
+        {"type": "text", "text": text},
+    ]
+    return {"role": "user", "content": parts}
+
+
 @dataclass
 class Conversation:
     """Checked messages: plain data for the template, and the media in order."""
@@ -146,6 +163,11 @@ def _plain(value: Any, depth: int = 0) -> Any:
 
 def special_tokens(root: Path) -> dict[str, str]:
     """The named special tokens of the package's ``tokenizer_config.json`` (may be empty)."""
+    return named_tokens(tokenizer_config(root))
+
+
+def tokenizer_config(root: Path) -> dict[str, Any]:
+    """The package's ``tokenizer_config.json`` (empty when it has none)."""
     path = root / TOKENIZER_CONFIG
     if not path.is_file():
         return {}
@@ -157,7 +179,7 @@ def special_tokens(root: Path) -> dict[str, str]:
             where=str(path),
             fix="rebuild the package from a checkpoint with a valid tokenizer_config.json",
         ) from exc
-    return named_tokens(raw)
+    return raw if isinstance(raw, dict) else {}
 
 
 class ChatTemplate:

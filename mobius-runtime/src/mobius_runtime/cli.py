@@ -160,12 +160,10 @@ def run(
         if raw:
             request: dict[str, Any] = {"prompt": prompt, "images": images, "audio": clips}
         else:
-            parts = [
-                *({"type": "image", "image": str(p)} for p in images),
-                *({"type": "audio", "audio": str(p)} for p in clips),
-                {"type": "text", "text": prompt},
-            ]
-            request = {"messages": [{"role": "user", "content": parts}]}
+            from mobius_runtime.chat import user_message
+
+            message = user_message(prompt, [str(p) for p in images], [str(p) for p in clips])
+            request = {"messages": [message]}
         result = pipeline.generate(
             **request, sampling=sampling, on_token=None if as_json else _echo
         )

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mobius_runtime.chat import parse_messages
+from mobius_runtime.chat import parse_messages, user_message
 from mobius_runtime.sampling import Sampler, SamplingParams
 from mobius_runtime.text import as_ids
 
@@ -115,12 +115,7 @@ class ChatSession:
         sees them; :attr:`prefilled` says how many of them this turn computed.
         """
         p = self.pipeline
-        parts: list[dict[str, Any]] = [
-            *({"type": "image", "image": item} for item in images),
-            *({"type": "audio", "audio": item} for item in audio),
-            {"type": "text", "text": text},
-        ]
-        messages = [*self.messages, {"role": "user", "content": parts}]
+        messages = [*self.messages, user_message(text, images, audio)]
         conversation = parse_messages(messages, p.modalities)
         rendered = p.text.chat_prompt(conversation)
         p.text.check_placeholders(rendered, conversation)

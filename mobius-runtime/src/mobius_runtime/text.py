@@ -113,6 +113,7 @@ class TextSide:
         self._processors: tuple[Processors, bool] | None = None
         self._chat: tuple[ChatTemplate | None] | None = None
         self._special: dict[str, str] | None = None
+        self._no_bos: bool | None = None
         self._max_token_bytes: int | None = None
         self._literal_tokenizer: Any = None
         self._markers: re.Pattern[str] | None = None
@@ -251,11 +252,23 @@ class TextSide:
 
     @property
     def bos_id(self) -> int | None:
-        """The BOS id: the family's, else the tokenizer config's ``bos_token``."""
+        """The BOS id: the family's, else the tokenizer config's ``bos_token`` unless
+        it says ``"add_bos_token": false`` (SmolLM2's names ``<|im_start|>`` as its BOS
+        but adds none)."""
         if self.processors.bos_token_id is not None:
             return self.processors.bos_token_id
         name = self.special_tokens.get("bos_token")
-        return None if name is None else self.tokenizer.token_to_id(name)
+        if name is None or self._adds_no_bos:
+            return None
+        return self.tokenizer.token_to_id(name)
+
+    @property
+    def _adds_no_bos(self) -> bool:
+        if self._no_bos is None:
+            from mobius_runtime.chat import tokenizer_config
+
+            self._no_bos = tokenizer_config(self.root).get("add_bos_token") is False
+        return self._no_bos
 
     def token_id(self, name: str) -> int | None:
         """The id of a named special token (``image_token`` …), if the package has it."""

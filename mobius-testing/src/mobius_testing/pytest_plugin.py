@@ -40,6 +40,7 @@ MARKERS = {
     "l5": "L5 golden generation: real checkpoint, greedy ids vs stored golden",
     "gpu": "needs a CUDA device (skipped unless --device resolves to cuda)",
     "reference": "needs the [reference] extra (torch, transformers)",
+    "real": "a real checkpoint that `tox -e real` fetches (MOBIUS_REAL_MODELS); deselected elsewhere",
     "family(name)": "the model family of a test (selected with --families)",
 }
 DEVICES = ("auto", "cpu", "cuda")
