@@ -357,23 +357,29 @@ def _plugin_manager() -> pluggy.PluginManager:
     return pm
 
 
-def test_builtin_impls_order_local_before_hub() -> None:
+def test_builtin_impls_order_gguf_then_local_then_hub() -> None:
     impls = _plugin_manager().hook.mobius_open_checkpoint.get_hookimpls()
     # pluggy calls the list back to front.
     called = [impl.function.__name__ for impl in reversed(impls)]
-    assert called == ["open_checkpoint_from_folder", "open_checkpoint_from_hub"]
+    assert called == [
+        "open_checkpoint_as_gguf",
+        "open_checkpoint_from_folder",
+        "open_checkpoint_from_hub",
+    ]
     assert all(impl.trylast for impl in impls)
 
 
 def test_hook_opens_folder_and_refuses_file(tmp_path: Path) -> None:
     pm = _plugin_manager()
     root = make_sharded(tmp_path / "owner" / "name")
-    ckpt = pm.hook.mobius_open_checkpoint(source=str(root), revision=None)
+    ckpt = pm.hook.mobius_open_checkpoint(source=str(root), revision=None, host=None)
     assert ckpt is not None and ckpt.source.kind == "local" and ckpt.source.source == str(root)
     with pytest.raises(CheckpointError, match="--revision"):
-        pm.hook.mobius_open_checkpoint(source=str(root), revision="main")
+        pm.hook.mobius_open_checkpoint(source=str(root), revision="main", host=None)
     with pytest.raises(CheckpointError, match="not a folder"):
-        pm.hook.mobius_open_checkpoint(source=str(root / "m-1.safetensors"), revision=None)
+        pm.hook.mobius_open_checkpoint(
+            source=str(root / "m-1.safetensors"), revision=None, host=None
+        )
 
 
 def test_hook_local_folder_wins_over_hub_id(
@@ -387,7 +393,9 @@ def test_hook_local_folder_wins_over_hub_id(
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
     make_sharded(tmp_path / "owner" / "name")
     monkeypatch.chdir(tmp_path)
-    ckpt = _plugin_manager().hook.mobius_open_checkpoint(source="owner/name", revision=None)
+    ckpt = _plugin_manager().hook.mobius_open_checkpoint(
+        source="owner/name", revision=None, host=None
+    )
     assert ckpt.source.kind == "local"
 
 
@@ -400,7 +408,10 @@ def test_hook_hub_id_and_unrecognised_source(
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: str(snap))
     monkeypatch.chdir(tmp_path)
     pm = _plugin_manager()
-    ckpt = pm.hook.mobius_open_checkpoint(source="owner/name", revision="r")
+    ckpt = pm.hook.mobius_open_checkpoint(source="owner/name", revision="r", host=None)
     assert ckpt.source.kind == "hub" and ckpt.source.revision == "r"
-    assert pm.hook.mobius_open_checkpoint(source="./not/there/at/all", revision=None) is None
-    assert pm.hook.mobius_open_checkpoint(source="noslash", revision=None) is None
+    assert (
+        pm.hook.mobius_open_checkpoint(source="./not/there/at/all", revision=None, host=None)
+        is None
+    )
+    assert pm.hook.mobius_open_checkpoint(source="noslash", revision=None, host=None) is None

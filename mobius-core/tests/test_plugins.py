@@ -231,7 +231,10 @@ def test_external_open_checkpoint_runs_before_builtins(tiny_checkpoint) -> None:
     host = PluginHost.from_plugins({"opener": Opener(marker)})
     assert host.open_checkpoint(str(tiny_checkpoint), None) is marker
     # pluggy's own call agrees with the host's order
-    assert host.pm.hook.mobius_open_checkpoint(source=str(tiny_checkpoint), revision=None) is marker
+    assert (
+        host.pm.hook.mobius_open_checkpoint(source=str(tiny_checkpoint), revision=None, host=host)
+        is marker
+    )
 
 
 def test_builtins_answer_when_no_external_plugin_does(tiny_checkpoint) -> None:

@@ -67,7 +67,7 @@ def build(
     host: PluginHost | None = None,
     quant: str | QuantOptions | None = None,
 ) -> BuildResult:
-    """Build ``source`` (a checkpoint folder or Hub id) into a package at ``out``.
+    """Build ``source`` (a checkpoint folder, a GGUF file or Hub id) into a package at ``out``.
 
     ``host`` defaults to the installed plugins; ``progress`` receives per-stage
     messages and per-tensor writes. ``quant`` (``"int4"``, ``"int8"`` or a
@@ -105,7 +105,9 @@ def build(
         host = PluginHost.load()
 
     # Fail fast on a local folder before any safetensors header is read.
-    if local:
+    from mobius.checkpoint.gguf import is_gguf_source
+
+    if local and not is_gguf_source(source):
         from mobius.config import read_config_file
 
         model_type, local_raw = read_config_file(source)

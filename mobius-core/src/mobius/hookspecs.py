@@ -21,8 +21,10 @@ Two kinds of hooks:
   model type is an error naming both distributions.
 
 ``mobius_open_checkpoint`` is ``firstresult``: the first plugin that recognises
-the source answers. Core registers two built-in implementations (a local folder
-and the HuggingFace Hub) that run after every external plugin.
+the source answers. Core registers three built-in implementations (a GGUF file, a
+local folder and the HuggingFace Hub) that run after every external plugin.
+``mobius_gguf_translation`` is ``firstresult`` too: the family that knows a GGUF
+file's ``general.architecture`` answers.
 
 ``HOOK_API_VERSION`` is the version of this API. It rises when a hook or an
 argument is added (compatible) and its major part when one is removed or renamed
@@ -42,12 +44,20 @@ if TYPE_CHECKING:
 
     from mobius.checkpoint import Checkpoint
     from mobius.contract import Contract
-    from mobius.records import BuildOptions, ModelTypeInfo, Processors, RuntimeFile
+    from mobius.plugins import PluginHost
+    from mobius.records import (
+        BuildOptions,
+        GGUFTranslation,
+        ModelTypeInfo,
+        Processors,
+        RuntimeFile,
+    )
     from mobius.weights import WeightPlan
 
 PROJECT = "mobius"
-HOOK_API_VERSION = "1.1"
-"""1.1 added ``mobius_quant_overrides``."""
+HOOK_API_VERSION = "1.2"
+"""1.1 added ``mobius_quant_overrides``; 1.2 added ``mobius_gguf_translation`` and the
+``host`` argument of ``mobius_open_checkpoint``."""
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -134,14 +144,45 @@ def mobius_optimize_component(model: ir.Model, component: str, target: str) -> i
 
 
 @hookspec(firstresult=True)
-def mobius_open_checkpoint(source: str, revision: str | None) -> Checkpoint | None:
+def mobius_open_checkpoint(
+    source: str, revision: str | None, host: PluginHost | None
+) -> Checkpoint | None:
     """Open the checkpoint a user named on the command line.
 
-    Called: once per build; the first non-``None`` answer wins.
-    Who answers: core's built-ins (a local folder; a HuggingFace Hub id through
+    Called: once per build; the first non-``None`` answer wins. ``host`` is the
+    :class:`mobius.plugins.PluginHost` calling, for an opener that needs other
+    plugins' answers (core's GGUF opener asks ``mobius_gguf_translation``); ``None``
+    when the hook is called outside a host.
+    Who answers: core's built-ins (a ``.gguf`` file, a folder holding one or the first
+    file of a split; a local folder; a HuggingFace Hub id through
     ``huggingface_hub.snapshot_download``) and any plugin adding another source.
     Returns: a :class:`mobius.checkpoint.Checkpoint`, or ``None`` when the
     source is not one this plugin recognises.
+    """
+
+
+@hookspec(firstresult=True)
+def mobius_gguf_translation(
+    architecture: str, metadata: Mapping[str, Any], tensors: Mapping[str, tuple[int, ...]]
+) -> GGUFTranslation | None:
+    """Read a GGUF file (llama.cpp's format) as the family's HF checkpoint.
+
+    Called: by core's GGUF opener, once per build from a GGUF file, on every plugin
+    until one answers; ``architecture`` is the file's ``general.architecture``,
+    ``metadata`` every metadata key with its value (numbers, strings, lists; the
+    tokenizer keys included), ``tensors`` every tensor name with its shape in numpy
+    order (slowest axis first: a linear weight is ``[out_features, in_features]``,
+    as HF stores it).
+    Who answers: the family that serves that architecture (core knows none).
+    Returns: a :class:`mobius.records.GGUFTranslation`: the HF ``config.json``
+    object the metadata describes (as HF's GGUF loader builds it, ``model_type``
+    included) and every GGUF tensor name mapped to its HF weight name, with the
+    transforms that undo llama.cpp's conversion (``mobius.checkpoint.gguf``:
+    ``unpermute_rows`` for Llama / Mistral q and k, ``add_constant(-1.0)`` for
+    Gemma 1–3 norms, ``pad_rows`` for a cut embedding); ``None`` for an
+    architecture the plugin does not serve. Core builds the tokenizer, chat template
+    and stop ids from the metadata itself; ``bos_token_id`` / ``eos_token_id`` /
+    ``pad_token_id`` it adds to the config when the family's has none.
     """
 
 

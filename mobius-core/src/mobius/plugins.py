@@ -63,7 +63,13 @@ if TYPE_CHECKING:
 
     from mobius.checkpoint import Checkpoint
     from mobius.contract import Contract
-    from mobius.records import BuildOptions, ModelTypeInfo, Processors, RuntimeFile
+    from mobius.records import (
+        BuildOptions,
+        GGUFTranslation,
+        ModelTypeInfo,
+        Processors,
+        RuntimeFile,
+    )
     from mobius.weights import WeightPlan
 
 BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (("mobius.checkpoint", "mobius.checkpoint.builtin"),)
@@ -490,7 +496,7 @@ class PluginHost:
         """
         hook = "mobius_open_checkpoint"
         for name in implementers(self.pm, hook):
-            kwargs = {"source": source, "revision": revision}
+            kwargs = {"source": source, "revision": revision, "host": self}
             try:
                 answer = self._guarded(name, hook, kwargs)
             except PluginError as exc:
@@ -500,6 +506,32 @@ class PluginHost:
             if answer is not None:
                 return answer
         return None
+
+    def gguf_translation(
+        self, architecture: str, metadata: Mapping[str, Any], tensors: Mapping[str, Any]
+    ) -> tuple[str, GGUFTranslation]:
+        """(plugin, answer) of the first plugin that translates GGUF ``architecture``;
+        CheckpointError when none does, PluginError when the answer is no
+        :class:`~mobius.records.GGUFTranslation`."""
+        from mobius.errors import CheckpointError
+        from mobius.records import GGUFTranslation
+
+        hook = "mobius_gguf_translation"
+        names = implementers(self.pm, hook)
+        for name in names:
+            kwargs = {"architecture": architecture, "metadata": metadata, "tensors": tensors}
+            answer = self._guarded(name, hook, kwargs)
+            if answer is not None:
+                expected = "a mobius.records.GGUFTranslation or None"
+                return name, check_answer(name, hook, answer, GGUFTranslation, expected)
+        served = ", ".join(names) or "none"
+        raise CheckpointError(
+            f"no installed plugin reads GGUF architecture {architecture!r} "
+            f"(plugins with GGUF support: {served})",
+            where="GGUF metadata: general.architecture",
+            fix="install the mobius family plugin for this architecture, or build the "
+            "model's HuggingFace checkpoint instead",
+        )
 
     def add_commands(self, app: typer.Typer) -> list[PluginRecord]:
         """Let every plugin add CLI commands; a plugin that raises is marked failed.

@@ -156,3 +156,28 @@ class Processors:
     stop_token_ids: tuple[int, ...] = ()
     bos_token_id: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GGUFTensor:
+    """Where one tensor of a GGUF file goes: its HF weight name and the transforms that undo
+    llama.cpp's conversion (``mobius.checkpoint.gguf.unpermute_rows`` …), applied in order
+    to the dequantized values."""
+
+    name: str
+    transforms: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class GGUFTranslation:
+    """A family's reading of a GGUF file (answer of ``mobius_gguf_translation``).
+
+    ``config`` is the HF-style ``config.json`` object the file describes (``model_type``
+    included); ``tensors`` maps every GGUF tensor name of the file to its HF weight name,
+    a :class:`GGUFTensor` (name and transforms), or ``None`` for a tensor the family does
+    not use (llama.cpp's precomputed ``rope_freqs``, say). A tensor of the file that is
+    missing from ``tensors`` is refused as unknown.
+    """
+
+    config: Mapping[str, Any]
+    tensors: Mapping[str, str | GGUFTensor | None]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from mobius.lm.family import DecoderFamily
 from mobius.records import BuildOptions, ModelTypeInfo
 from mobius_qwen3.config import read_config
+from mobius_qwen3.gguf import translate
 from mobius_qwen3.processors import format_chat_prompt
 
 
@@ -48,4 +49,5 @@ FAMILY = DecoderFamily(
     weight_plan=_weights,
     format_prompt=format_chat_prompt,
     genai_types={"qwen3_moe": "qwen3"},
+    gguf=translate,
 )

@@ -11,7 +11,9 @@ methods are the hook implementations, each answering for the family's model type
   options) -> WeightPlan`` (default: :func:`mobius.lm.decoder.build_decoder` and
   :func:`mobius.lm.weights.decoder_plan` as they stand), ``format_prompt`` (default
   none: the package's chat template, else the text as given), ``genai_types`` (model type
-  → onnxruntime-genai type; default the model type itself).
+  → onnxruntime-genai type; default the model type itself), ``gguf(architecture,
+  metadata, tensors) -> GGUFTranslation | None`` (the family's reading of GGUF files:
+  ``mobius_gguf_translation``; default none).
 
 Import-light: ``mobius plugins`` imports every entry point, so the graph builders are
 imported inside the methods.
@@ -41,7 +43,7 @@ def _default_plan(config, checkpoint, options: BuildOptions):
 
 class DecoderFamily:
     """``DecoderFamily(name, model_types, read_config, *, build=None, weight_plan=None,
-    format_prompt=None, genai_types=None)``: the plugin object of a one-``model`` decoder
+    format_prompt=None, genai_types=None, gguf=None)``: the plugin object of a one-``model`` decoder
     LM family (see the module docstring)."""
 
     def __init__(
@@ -54,6 +56,7 @@ class DecoderFamily:
         weight_plan: Callable[[Any, Any, BuildOptions], Any] | None = None,
         format_prompt: Callable[[str, int, int], str] | None = None,
         genai_types: Mapping[str, str] | None = None,
+        gguf: Callable[[str, Mapping[str, Any], Mapping[str, Any]], Any] | None = None,
     ) -> None:
         self.name = name
         self.model_types = tuple(model_types)
@@ -62,6 +65,7 @@ class DecoderFamily:
         self.weight_plan = weight_plan or _default_plan
         self.format_prompt = format_prompt
         self.genai_types = dict(genai_types or {})
+        self.gguf = gguf
 
     def __repr__(self) -> str:
         return f"DecoderFamily({self.name!r})"
@@ -103,3 +107,8 @@ class DecoderFamily:
         # genai_config.json; tokenizer files and the chat template: core copies them
         genai = self.genai_types.get(config.model_type, config.model_type)
         return runtime_files(config, checkpoint, genai)
+
+    @hookimpl
+    def mobius_gguf_translation(self, architecture: str, metadata, tensors):
+        # a GGUF file's config and tensor names, for the family that reads its architecture
+        return None if self.gguf is None else self.gguf(architecture, metadata, tensors)

@@ -48,7 +48,7 @@ import numpy as np
 from mobius.errors import WeightPlanError
 from mobius.records import BLOCK_SIZES
 from mobius.weights.dtypes import FLOATS, NUMPY_DTYPES, Shape
-from mobius.weights.expr import TensorExpr, _Transpose
+from mobius.weights.expr import TensorExpr, _Cast, _Ref, _Transpose
 
 if TYPE_CHECKING:
     from mobius.checkpoint import Checkpoint
@@ -336,6 +336,27 @@ def quantize_experts(
 # --------------------------------------------------------------------------- lazy
 
 
+def _stored_blocks(rows: TensorExpr, checkpoint: Any, scheme: Any, scale_dtype: np.dtype):
+    """A reader ``(r0, r1) -> QuantizedRows`` of rows the checkpoint already holds
+    quantized in exactly ``scheme`` (a GGUF Q8_0 / Q4_0 tensor: see
+    ``GGUFCheckpoint.stored_quantized``), or None. Only for ``rows`` that are a checkpoint
+    tensor itself, up to float casts and a transpose undone."""
+    take = getattr(checkpoint, "stored_quantized", None)
+    if take is None:
+        return None
+    flips, expr = 0, rows
+    while not isinstance(expr, _Ref):
+        if isinstance(expr, _Cast):
+            expr = expr.src
+        elif isinstance(expr, _Transpose) and expr.perm in (None, (1, 0)):
+            flips, expr = flips + 1, expr.src
+        else:
+            return None
+    if flips % 2:
+        return None
+    return take(expr.name, scheme.bits, scheme.block_size, scheme.symmetric, scale_dtype)
+
+
 @dataclass(frozen=True)
 class QuantScheme:
     """How one tensor is quantized: bits, block size, symmetry, scale search."""
@@ -377,6 +398,11 @@ class _Job:
         """
         _, k, dtype = self.dims(checkpoint)
         step = self.row_step(checkpoint)
+        stored = _stored_blocks(self.rows, checkpoint, self.scheme, NUMPY_DTYPES[dtype])
+        if stored is not None:  # already quantized in this very scheme: kept as it is
+            for start in range(r0, r1, step):
+                yield stored(start, min(start + step, r1))
+            return
         whole = None if self.rows._streamable(checkpoint) else self.rows.evaluate(checkpoint)
         quantize = functools.partial(
             quantize_rows,

@@ -1,0 +1,789 @@
+"""Open a GGUF file (llama.cpp's format) as a checkpoint.
+
+``mobius build MODEL.gguf OUT`` reads what llama.cpp, Ollama and LM Studio users hold:
+one ``.gguf`` file, a folder holding one, or the first file of a split
+(``NAME-00001-of-00003.gguf``). The file is read with the ``gguf`` package's
+:class:`gguf.GGUFReader`, never a parser of our own; this module only bounds it, because
+a GGUF file is untrusted input like a safetensors header:
+
+- every read the reader makes must lie inside the file (a truncated file, a string or
+  an array that claims more bytes than there are, a tensor whose data runs past the
+  end), and the counts it loops over are capped before it loops (tensors, keys, array
+  elements in all), so a hostile file costs bounded time and memory;
+- tensor infos are checked: at most 4 dimensions, a type the ``gguf`` package knows and
+  can dequantize, data aligned, inside the file and overlapping no other tensor, one
+  name once (across the files of a split too).
+
+Core knows no architecture: the family that answers ``mobius_gguf_translation`` for the
+file's ``general.architecture`` gives the HF ``config.json`` object and the HF name of
+every tensor, with the transforms that undo llama.cpp's conversion (offered here:
+:func:`unpermute_rows`, :func:`add_constant`, :func:`pad_rows`). The tokenizer, chat
+template and stop ids come from the metadata (:mod:`mobius.checkpoint.gguf_tokenizer`)
+and are offered as the checkpoint's side files.
+
+Tensors are served lazily, like safetensors tensors: nothing is read until the package
+is written, then each tensor is read with plain file reads (no memory map) and
+dequantized with ``gguf.quants.dequantize``, whole or a bounded range of rows at a time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import ml_dtypes
+import numpy as np
+
+from mobius.checkpoint.base import Checkpoint, SourceInfo
+from mobius.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from mobius.plugins import PluginHost
+
+SUFFIX = ".gguf"
+SPLIT = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+"""llama.cpp's ``gguf-split`` file names."""
+
+MAX_TENSORS = 1 << 20
+"""Most tensor infos one file may declare (real files: a few hundred to a few thousand)."""
+MAX_KEYS = 1 << 16
+"""Most metadata keys one file may declare (real files: a few dozen)."""
+MAX_ARRAY_ELEMENTS = 1 << 23
+"""Most metadata array elements one file may hold in all (a 262k vocabulary with scores,
+types and merges is about 1M); the reader keeps a small numpy view per element."""
+MAX_DIMS = 4
+"""ggml tensors have at most 4 dimensions (GGML_MAX_DIMS)."""
+MAX_SPLITS = 1024
+
+FIX_DAMAGED = (
+    "the file is damaged or was not written by a GGUF writer: download it again "
+    "(compare its sha256 with the publisher's) or convert the model again with "
+    "llama.cpp's convert_hf_to_gguf.py"
+)
+
+_PLAIN = {
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F64": "float64",
+    "I8": "int8",
+    "I16": "int16",
+    "I32": "int32",
+    "I64": "int64",
+}
+"""GGUF types served as they are (mobius dtype name); every other type is dequantized to
+float32."""
+
+KEPT = {"Q8_0": 8, "Q4_0": 4}
+"""GGUF types whose blocks are exactly a symmetric MatMulNBits / GatherBlockQuantized
+scheme (block 32): ``--quant int8`` / ``int4`` keeps them as they are."""
+
+_NUMPY = {
+    "float32": np.dtype("<f4"),
+    "float16": np.dtype("<f2"),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "float64": np.dtype("<f8"),
+    "int8": np.dtype("i1"),
+    "int16": np.dtype("<i2"),
+    "int32": np.dtype("<i4"),
+    "int64": np.dtype("<i8"),
+}
+
+
+# --------------------------------------------------------------------------- transforms
+
+
+class Transform(ABC):
+    """A transform a family asks for to undo one of llama.cpp's conversions.
+
+    It works on rows (the first axis of a 2-D tensor, all leading axes flattened
+    otherwise): :meth:`group` rows at a time, so a tensor can be streamed in bounded
+    pieces. :meth:`out_shape` may change the number of rows (rows past the stored ones
+    are read as zeros), never the row length.
+    """
+
+    def out_shape(self, shape: tuple[int, ...], where: str) -> tuple[int, ...]:
+        """The shape after this transform; CheckpointError when it cannot apply."""
+        return shape
+
+    def group(self, shape: tuple[int, ...]) -> int:
+        """Rows that must be transformed together (a divisor of the row count)."""
+        return 1
+
+    @abstractmethod
+    def apply(self, rows: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """Transform whole groups of rows (2-D: rows × row length) of a tensor whose
+        stored shape is ``shape``."""
+
+
+@dataclass(frozen=True)
+class _Unpermute(Transform):
+    n_head: int
+
+    def out_shape(self, shape: tuple[int, ...], where: str) -> tuple[int, ...]:
+        if not shape or shape[0] % (2 * self.n_head):
+            raise CheckpointError(
+                f"cannot undo llama.cpp's q/k row permutation for {self.n_head} heads on a "
+                f"tensor of shape {list(shape)} (rows must be a multiple of 2 × heads)",
+                where=where,
+                fix="check the head counts in the file's metadata against the tensor",
+            )
+        return shape
+
+    def group(self, shape: tuple[int, ...]) -> int:
+        return shape[0] // self.n_head
+
+    def apply(self, rows: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        per_head = self.group(shape)
+        heads = rows.shape[0] // per_head
+        return rows.reshape(heads, per_head // 2, 2, -1).swapaxes(1, 2).reshape(rows.shape)
+
+
+@dataclass(frozen=True)
+class _AddConstant(Transform):
+    value: float
+
+    def apply(self, rows: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        return (rows.astype(np.float32) + np.float32(self.value)).astype(rows.dtype)
+
+
+@dataclass(frozen=True)
+class _PadRows(Transform):
+    rows: int
+
+    def out_shape(self, shape: tuple[int, ...], where: str) -> tuple[int, ...]:
+        if not shape or shape[0] > self.rows:
+            raise CheckpointError(
+                f"tensor of shape {list(shape)} has more rows than the {self.rows} it is padded to",
+                where=where,
+                fix="check the vocabulary size in the file's metadata against the tensor",
+            )
+        return (self.rows, *shape[1:])
+
+    def apply(self, rows: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        return rows  # the reader gives the rows past the stored ones as zeros
+
+
+def unpermute_rows(n_head: int) -> Transform:
+    """Undo llama.cpp's rope row permutation of Llama / Mistral q and k weights
+    (``n_head``: attention heads for q, KV heads for k). Its converter stores
+    ``w.reshape(n_head, 2, rows // n_head // 2, cols).swapaxes(1, 2)``; this applies the
+    inverse, ``reshape(n_head, rows // n_head // 2, 2, cols).swapaxes(1, 2)``."""
+    if not isinstance(n_head, int) or n_head < 1:
+        raise ValueError(f"n_head must be a positive integer, got {n_head!r}")
+    return _Unpermute(n_head)
+
+
+def add_constant(value: float) -> Transform:
+    """Add ``value`` to every element (``add_constant(-1.0)`` undoes the ``norm + 1`` that
+    llama.cpp's converter stores for Gemma 1–3 RMSNorm weights)."""
+    return _AddConstant(float(value))
+
+
+def pad_rows(rows: int) -> Transform:
+    """Pad the first axis with zero rows up to ``rows`` (Gemma 3 files may cut the
+    embedding to the tokenizer's vocabulary)."""
+    return _PadRows(int(rows))
+
+
+# --------------------------------------------------------------------------- tensor infos
+
+
+@dataclass(frozen=True)
+class GGUFTensorInfo:
+    """One tensor of a GGUF file, under its HF name; read from the tensor infos only."""
+
+    name: str
+    """The HF weight name the family gave."""
+    gguf_name: str
+    ggml_type: str
+    """The GGUF type name: ``F32``, ``F16``, ``Q8_0``, ``Q4_K`` …"""
+    stored_shape: tuple[int, ...]
+    """numpy order (slowest axis first), as stored."""
+    shape: tuple[int, ...]
+    """After the transforms."""
+    file: Path
+    start: int
+    """Absolute offset of the first data byte in :attr:`file`."""
+    end: int
+    transforms: tuple[Transform, ...] = ()
+
+    @property
+    def dtype_name(self) -> str:
+        """The mobius dtype name served: float types as stored, quantized types float32."""
+        return _PLAIN.get(self.ggml_type, "float32")
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the served (dequantized, transformed) tensor."""
+        return math.prod(self.shape) * _NUMPY[self.dtype_name].itemsize
+
+    @property
+    def row_length(self) -> int:
+        return self.stored_shape[-1] if self.stored_shape else 1
+
+    @property
+    def rows(self) -> int:
+        return math.prod(self.shape[:-1]) if self.shape else 1
+
+    @property
+    def group(self) -> int:
+        shape = self.shape if len(self.shape) > 1 else (1, *self.shape)
+        return math.lcm(1, *(t.group(shape) for t in self.transforms))
+
+
+@dataclass(frozen=True)
+class _RawTensor:
+    """A tensor info as the file states it (validated)."""
+
+    name: str
+    ggml_type: str
+    shape: tuple[int, ...]
+    file: Path
+    start: int
+    end: int
+
+
+# --------------------------------------------------------------------------- finding files
+
+
+def is_gguf_source(source: str) -> bool:
+    """Whether ``source`` names a GGUF file (existing or not), or a folder without
+    ``config.json`` that holds ``.gguf`` files (cheap: names only)."""
+    path = Path(source).expanduser()
+    if path.suffix.lower() == SUFFIX and not path.is_dir():
+        return True  # a missing one too: the opener then says so
+    if path.is_dir() and not (path / "config.json").exists():
+        return any(p.suffix.lower() == SUFFIX for p in path.iterdir())
+    return False
+
+
+def gguf_files(source: str | os.PathLike[str]) -> list[Path]:
+    """The files of the GGUF checkpoint ``source`` names: one file, or every file of a
+    split in order; CheckpointError when the choice is ambiguous or a split is incomplete."""
+    path = Path(source).expanduser().absolute()
+    if path.is_dir():
+        found = sorted(p for p in path.iterdir() if p.suffix.lower() == SUFFIX and p.is_file())
+        # an mmproj companion holds a vision/audio encoder, not the model
+        models = [p for p in found if not p.name.lower().startswith("mmproj")]
+        firsts = [
+            p for p in models if not SPLIT.match(p.name) or SPLIT.match(p.name)["no"] == "00001"
+        ]
+        if len(firsts) != 1:
+            names = ", ".join(p.name for p in firsts[:6]) or "none"
+            raise CheckpointError(
+                f"the folder holds {len(firsts)} GGUF models ({names}); mobius needs exactly one",
+                where=str(path),
+                fix="pass the .gguf file itself: mobius build FOLDER/NAME.gguf OUT",
+            )
+        path = firsts[0]
+    match = SPLIT.match(path.name)
+    if match is None:
+        return [path]
+    count = int(match["count"])
+    if match["no"] != "00001":
+        raise CheckpointError(
+            f"{path.name} is part {int(match['no'])} of a {count}-part split",
+            where=str(path),
+            fix=f"pass the first part, {match['stem']}-00001-of-{match['count']}.gguf",
+        )
+    if not 1 <= count <= MAX_SPLITS:
+        raise CheckpointError(
+            f"{path.name} claims a split into {count} parts (1..{MAX_SPLITS} expected)",
+            where=str(path),
+            fix=FIX_DAMAGED,
+        )
+    parts = [
+        path.with_name(f"{match['stem']}-{i:05d}-of-{match['count']}.gguf")
+        for i in range(1, count + 1)
+    ]
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        raise CheckpointError(
+            f"the split misses {len(missing)} of its {count} parts ({', '.join(missing[:4])})",
+            where=str(path.parent),
+            fix="download every part of the split into the same folder",
+        )
+    return parts
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _Malformed(ValueError):
+    """The file breaks a bound this module sets on the reader."""
+
+
+@cache
+def _reader_class() -> type:
+    """:class:`gguf.GGUFReader` with every read bounds-checked and every loop capped.
+
+    The overrides only check and then call the reader's own method: the parsing is the
+    ``gguf`` package's.
+    """
+    import gguf
+
+    array_type = int(gguf.GGUFValueType.ARRAY)
+    itemsizes: dict[Any, int] = {}
+
+    class BoundedReader(gguf.GGUFReader):
+        def __init__(self, path: Path) -> None:
+            self._elements = 0
+            super().__init__(path, "r")
+
+        def _get(self, offset: int, dtype: Any, count: int = 1, override_order: Any = None):
+            width = itemsizes.get(dtype) or itemsizes.setdefault(dtype, np.dtype(dtype).itemsize)
+            end = int(offset) + width * int(count)
+            if offset < 0 or end > self.data.size:
+                raise _Malformed(
+                    f"it claims {end - int(offset)} bytes at offset {int(offset)}, past the end "
+                    f"of the {self.data.size}-byte file (truncated, or a length that lies)"
+                )
+            return super()._get(offset, dtype, count, override_order)
+
+        def _get_field_parts(self, orig_offs: int, raw_type: int):
+            if int(raw_type) == array_type:
+                item_type = int(self._get(orig_offs, np.uint32)[0])
+                count = int(self._get(orig_offs + 4, np.uint64)[0])
+                if item_type == array_type:
+                    raise _Malformed(f"a metadata array at offset {orig_offs} holds arrays")
+                self._elements += count
+                if count > self.data.size - orig_offs or self._elements > MAX_ARRAY_ELEMENTS:
+                    raise _Malformed(
+                        f"a metadata array at offset {orig_offs} claims {count} elements "
+                        f"(at most {MAX_ARRAY_ELEMENTS} in all, each at least one byte)"
+                    )
+                try:
+                    scalar = self.gguf_scalar_to_np.get(gguf.GGUFValueType(item_type))
+                except ValueError:
+                    scalar = None  # the reader's own branch names the unknown type
+                if scalar is not None:
+                    # One view of the whole array instead of the reader's one per element
+                    # (1M scores: 45 s and 700 MB as elements). contents() flattens the
+                    # parts it indexes, so one part holding every value reads the same.
+                    head = self._get(orig_offs, np.uint32)
+                    length = self._get(orig_offs + 4, np.uint64)
+                    values = self._get(orig_offs + 12, scalar, count)
+                    kinds = [gguf.GGUFValueType.ARRAY, gguf.GGUFValueType(item_type)]
+                    return 12 + int(values.nbytes), [head, length, values], [2], kinds
+            return super()._get_field_parts(orig_offs, raw_type)
+
+        def _build_fields(self, offs: int, count: int) -> int:
+            count = int(count)
+            if count > MAX_KEYS or count * 13 > len(self.data) - offs:
+                raise _Malformed(f"it claims {count} metadata keys (at most {MAX_KEYS})")
+            return super()._build_fields(offs, count)
+
+        def _build_tensor_info(self, offs: int, count: int):
+            count = int(count)
+            if count > MAX_TENSORS or count * 24 > len(self.data) - offs:
+                raise _Malformed(f"it claims {count} tensors (at most {MAX_TENSORS})")
+            return super()._build_tensor_info(offs, count)
+
+        def _build_tensors(self, start_offs: int, fields: list[Any]) -> None:
+            for field in fields:
+                _, name, n_dims, dims, raw_type, _ = field.parts
+                label = _short(bytes(name).decode("utf-8", "replace"))
+                if int(n_dims[0]) > MAX_DIMS:
+                    raise _Malformed(f"tensor {label} has {int(n_dims[0])} dimensions (at most 4)")
+                try:
+                    qtype = gguf.GGMLQuantizationType(int(raw_type[0]))
+                except ValueError:
+                    raise _Malformed(
+                        f"tensor {label} has unknown type {int(raw_type[0])} (gguf "
+                        f"{_gguf_version()} knows {len(gguf.GGMLQuantizationType)} types)"
+                    ) from None
+                size = math.prod(int(d) for d in dims)
+                if qtype not in gguf.GGML_QUANT_SIZES:
+                    raise _Malformed(
+                        f"tensor {label} has type {qtype.name}, of no known block size"
+                    )
+                block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+                if size * type_size // block > len(self.data) or (
+                    len(dims) and int(dims[0]) % block
+                ):
+                    raise _Malformed(
+                        f"tensor {label} of type {qtype.name} and shape {[int(d) for d in dims]} "
+                        "does not fit the file (or its row is not a whole number of blocks)"
+                    )
+            super()._build_tensors(start_offs, fields)
+
+    return BoundedReader
+
+
+def _gguf_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gguf")
+    except PackageNotFoundError:  # pragma: no cover - imported, so installed
+        return "?"
+
+
+@cache
+def _dequantizable(ggml_type: str) -> bool:
+    """Whether the installed ``gguf`` package dequantizes ``ggml_type`` in numpy."""
+    import gguf
+
+    qtype = gguf.GGMLQuantizationType[ggml_type]
+    type_size = gguf.GGML_QUANT_SIZES[qtype][1]
+    try:
+        gguf.quants.dequantize(np.zeros((1, type_size), dtype=np.uint8), qtype)
+    except NotImplementedError:
+        return False
+    return True
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _value(field: Any) -> Any:
+    """A metadata field's value in Python; a float32 scalar as the shortest decimal that
+    rounds to it (``1e-06``, the value the converter was given, not 9.99999997e-07)."""
+    import gguf
+
+    value = field.contents()
+    if list(field.types) == [gguf.GGUFValueType.FLOAT32]:
+        return float(str(np.float32(value)))
+    return value
+
+
+def read_gguf(path: Path) -> tuple[dict[str, Any], list[_RawTensor]]:
+    """(metadata key → Python value, tensor infos) of one GGUF file, validated.
+
+    The reader's memory map is dropped before returning: tensor data is read later with
+    plain file reads.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError("GGUF file not found", where=str(path), fix="check the path")
+    size = path.stat().st_size
+    if size < 24:
+        raise CheckpointError(
+            f"{path.name} is {size} bytes, too short for a GGUF header",
+            where=str(path),
+            fix=FIX_DAMAGED,
+        )
+    try:
+        reader = _reader_class()(path)
+        if reader.byte_order != "I":
+            raise _Malformed("it is big-endian; mobius reads little-endian GGUF files")
+        metadata = {
+            key: _value(field)
+            for key, field in reader.fields.items()
+            if not key.startswith("GGUF.")
+        }
+        raw = [
+            _RawTensor(
+                name=t.name,
+                ggml_type=t.tensor_type.name,
+                shape=tuple(int(d) for d in reversed(t.shape.tolist())),
+                file=path.absolute(),
+                start=int(t.data_offset),
+                end=int(t.data_offset) + int(t.n_bytes),
+            )
+            for t in reader.tensors
+        ]
+        alignment = int(reader.alignment)
+        del reader
+    except (_Malformed, ValueError, KeyError, IndexError, OverflowError, TypeError,
+            UnicodeDecodeError, RecursionError, MemoryError) as exc:  # fmt: skip
+        what = str(exc) or type(exc).__name__
+        if isinstance(exc, UnicodeDecodeError):
+            what = "a string in it is not UTF-8"
+        elif isinstance(exc, KeyError) and "Duplicate" in str(exc):
+            what = (
+                f"a metadata key is given twice ({_short(str(exc.args[0] if exc.args else exc))})"
+            )
+        raise CheckpointError(
+            f"{path.name} is not a readable GGUF file: {what}", where=str(path), fix=FIX_DAMAGED
+        ) from None
+    _check_tensors(path, raw, alignment)
+    return metadata, raw
+
+
+def _check_tensors(path: Path, tensors: list[_RawTensor], alignment: int) -> None:
+    previous: _RawTensor | None = None
+    for t in sorted(tensors, key=lambda t: (t.start, t.end)):
+        where = f"{path}, tensor {_short(t.name)}"
+        if t.ggml_type not in _PLAIN and not _dequantizable(t.ggml_type):
+            raise CheckpointError(
+                f"tensor type {t.ggml_type} cannot be dequantized by gguf {_gguf_version()}",
+                where=where,
+                fix="convert the model with another quantization type (e.g. Q8_0 or Q4_K_M), "
+                "or upgrade the gguf package",
+            )
+        if t.start % alignment:
+            raise CheckpointError(
+                f"tensor data at offset {t.start} is not aligned to {alignment} bytes",
+                where=where,
+                fix=FIX_DAMAGED,
+            )
+        if previous is not None and t.start < previous.end and t.end > t.start:
+            raise CheckpointError(
+                f"tensor data overlaps tensor {_short(previous.name)}",
+                where=where,
+                fix=FIX_DAMAGED,
+            )
+        if t.end > t.start:
+            previous = t
+
+
+# --------------------------------------------------------------------------- the checkpoint
+
+
+class GGUFCheckpoint(Checkpoint):
+    """The tensors of a GGUF file (or split) under HF names, and generated side files.
+
+    ``root`` is the (first) GGUF file. :meth:`file` serves the files made from the
+    metadata (``tokenizer.json``, ``tokenizer_config.json``, ``chat_template.jinja``,
+    ``generation_config.json``), written to a private temporary folder that is removed
+    with the checkpoint.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        source: SourceInfo,
+        raw_config: dict[str, Any],
+        tensors: Mapping[str, GGUFTensorInfo],
+        generated: Mapping[str, bytes],
+        metadata: Mapping[str, Any],
+    ) -> None:
+        super().__init__(root, source, raw_config, {})
+        self.tensors = MappingProxyType(dict(tensors))  # type: ignore[assignment]
+        self.metadata = MappingProxyType(dict(metadata))
+        self._side = tempfile.TemporaryDirectory(prefix="mobius-gguf-")
+        weakref.finalize(self, self._side.cleanup)
+        self._side_files: dict[str, Path] = {}
+        for name, data in generated.items():
+            target = Path(self._side.name) / name
+            target.write_bytes(data)
+            self._side_files[name] = target
+
+    def __repr__(self) -> str:
+        return f"GGUFCheckpoint({str(self.root)!r}, {len(self.tensors)} tensors)"
+
+    def file(self, relative: str) -> Path | None:
+        return self._side_files.get(relative)
+
+    def read(self, name: str) -> np.ndarray:
+        info = self.info(name)
+        return self._rows(info, 0, info.rows).reshape(info.shape)  # type: ignore[arg-type]
+
+    def read_chunks(self, name: str, begin: int, end: int, step: int) -> Iterator[np.ndarray]:
+        info: GGUFTensorInfo = self.info(name)  # type: ignore[assignment]
+        count = math.prod(info.shape)
+        if not 0 <= begin <= end <= count or step < 1:
+            raise ValueError(f"bad element range {begin}:{end} (step {step}) of {count} elements")
+        return self._chunks(info, begin, end, step)
+
+    def _chunks(
+        self, info: GGUFTensorInfo, begin: int, end: int, step: int
+    ) -> Iterator[np.ndarray]:
+        cols, group = info.row_length, info.group
+        per_piece = max(group, (max(1, step // cols) // group) * group)
+        row = (begin // cols) // group * group
+        while row * cols < end:
+            stop = min(row + per_piece, info.rows)
+            flat = self._rows(info, row, stop).reshape(-1)
+            base = row * cols
+            lo, hi = max(begin, base) - base, min(end, base + flat.size) - base
+            for pos in range(lo, hi, step):
+                yield flat[pos : min(pos + step, hi)]
+            row = stop
+
+    def _rows(self, info: GGUFTensorInfo, first: int, stop: int) -> np.ndarray:
+        """Served rows ``first:stop`` (whole groups), dequantized and transformed."""
+        import gguf
+
+        cols = info.row_length
+        qtype = gguf.GGMLQuantizationType[info.ggml_type]
+        block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        row_bytes = cols * type_size // block
+        stored = math.prod(info.stored_shape[:-1]) if len(info.stored_shape) > 1 else 1
+        dtype = _NUMPY[info.dtype_name]
+        out = np.zeros((stop - first, cols), dtype=dtype)
+        have = max(0, min(stop, stored) - first)
+        if have:
+            raw = np.empty((have, row_bytes), dtype=np.uint8)
+            _read_exact(info, info.start + first * row_bytes, memoryview(raw.reshape(-1)))
+            if info.ggml_type in _PLAIN:
+                out[:have] = raw.view(dtype).reshape(have, cols)
+            else:
+                out[:have] = gguf.quants.dequantize(raw, qtype)
+            del raw
+        for transform in info.transforms:
+            out = transform.apply(out, info.stored_shape)
+        return out
+
+    def stored_quantized(
+        self, name: str, bits: int, block_size: int, symmetric: bool, scale_dtype: Any
+    ) -> Any:
+        """A reader ``(r0, r1) -> mobius.weights.quantize.QuantizedRows`` of tensor
+        ``name``'s own blocks when they are exactly MatMulNBits' ``bits`` / ``block_size``
+        symmetric scheme (:data:`KEPT`: Q8_0 = 8 bits, zero point 128; Q4_0 = 4 bits, zero
+        point 8; blocks of 32, one fp16 scale each), else None. The scales are stored in
+        ``scale_dtype`` (float32 or float16: exact for fp16 scales; bfloat16 is not)."""
+        info = self.tensors.get(name)
+        if (
+            not isinstance(info, GGUFTensorInfo)
+            or KEPT.get(info.ggml_type) != bits
+            or block_size != 32
+            or not symmetric
+            or info.transforms
+            or len(info.shape) != 2
+            or np.dtype(scale_dtype) not in (np.dtype(np.float32), np.dtype(np.float16))
+        ):
+            return None
+        return lambda first, stop: self._stored_rows(info, bits, np.dtype(scale_dtype), first, stop)
+
+    def _stored_rows(
+        self, info: GGUFTensorInfo, bits: int, scale_dtype: np.dtype, first: int, stop: int
+    ) -> Any:
+        from mobius.weights.quantize import QuantizedRows
+
+        rows, cols = stop - first, info.row_length
+        blocks = np.empty((rows, cols // 32, 2 + 32 * bits // 8), dtype=np.uint8)
+        _read_exact(info, info.start + first * blocks[0].size, memoryview(blocks.reshape(-1)))
+        scales = blocks[..., :2].copy().view(np.float16)[..., 0].astype(scale_dtype)
+        if bits == 8:  # int8 q; MatMulNBits reads (u - 128): u = q + 128
+            packed = (blocks[..., 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+        else:  # Q4_0 byte j holds elements j (low) and j + 16 (high); MatMulNBits 2j, 2j + 1
+            qs = blocks[..., 2:]
+            nibbles = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+            packed = (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).astype(np.uint8)
+        return QuantizedRows(packed=packed, scales=scales, zero_points=None)
+
+
+def _read_exact(info: GGUFTensorInfo, offset: int, buffer: memoryview) -> None:
+    where = f"{info.file}, tensor {info.gguf_name!r}"
+    try:
+        with open(info.file, "rb", buffering=0) as f:
+            f.seek(offset)
+            filled = 0
+            while filled < len(buffer):
+                n = f.readinto(buffer[filled:])
+                if not n:
+                    raise CheckpointError(
+                        f"file ended at byte {offset + filled} inside the tensor's data",
+                        where=where,
+                        fix="the file changed or shrank since it was opened; " + FIX_DAMAGED,
+                    )
+                filled += n
+    except OSError as exc:
+        raise CheckpointError(
+            f"cannot read tensor data: {exc.strerror or exc}",
+            where=where,
+            fix="check that the file still exists and is readable",
+        ) from exc
+
+
+# --------------------------------------------------------------------------- opening
+
+
+def open_gguf(source: str, host: PluginHost | None) -> GGUFCheckpoint:
+    """Open the GGUF checkpoint ``source`` names, translated by the family of its
+    architecture (``host.gguf_translation``)."""
+    from mobius.checkpoint.gguf_tokenizer import side_files, special_ids
+    from mobius.checkpoint.local import BackgroundHashes
+
+    files = gguf_files(source)
+    first = files[0]
+    metadata, tensors = read_gguf(first)
+    for part in files[1:]:
+        tensors += read_gguf(part)[1]
+    architecture = metadata.get("general.architecture")
+    if not isinstance(architecture, str) or not architecture:
+        raise CheckpointError(
+            "the GGUF file names no general.architecture",
+            where=str(first),
+            fix="convert the model again with llama.cpp's convert_hf_to_gguf.py",
+        )
+    shapes: dict[str, tuple[int, ...]] = {}
+    for t in tensors:
+        if t.name in shapes:
+            raise CheckpointError(
+                f"tensor {_short(t.name)} is stored twice",
+                where=str(t.file),
+                fix=FIX_DAMAGED,
+            )
+        shapes[t.name] = t.shape
+    if host is None:
+        raise CheckpointError(
+            "a GGUF file needs the plugin host to find the family of its architecture",
+            where=str(first),
+            fix="open it through PluginHost.open_checkpoint (mobius build does)",
+        )
+    view = MappingProxyType(metadata)
+    plugin, translation = host.gguf_translation(architecture, view, MappingProxyType(shapes))
+    where = f"{first} (architecture {architecture!r}, plugin {plugin})"
+    infos = _translate_tensors(tensors, translation.tensors, where)
+    config = dict(translation.config)
+    for key, value in special_ids(view).items():
+        config.setdefault(key, value)
+    info = SourceInfo(
+        source=source,
+        kind="gguf",
+        revision=None,
+        commit=None,
+        files=BackgroundHashes({p.name: p for p in files}),
+    )
+    return GGUFCheckpoint(first, info, config, infos, side_files(view, where=str(first)), metadata)
+
+
+def _translate_tensors(
+    tensors: list[_RawTensor], names: Mapping[str, Any], where: str
+) -> dict[str, GGUFTensorInfo]:
+    from mobius.records import GGUFTensor
+
+    unknown = [t.name for t in tensors if t.name not in names]
+    if unknown:
+        shown = ", ".join(_short(n) for n in unknown[:6]) + (" …" if len(unknown) > 6 else "")
+        raise CheckpointError(
+            f"{len(unknown)} tensor(s) of the GGUF file are not ones the family knows: {shown}",
+            where=where,
+            fix="use a GGUF file converted by llama.cpp for this architecture, or a newer "
+            "version of the family plugin",
+        )
+    out: dict[str, GGUFTensorInfo] = {}
+    for t in tensors:
+        target = names[t.name]
+        if target is None:
+            continue
+        if isinstance(target, str):
+            target = GGUFTensor(target)
+        shape = t.shape
+        for transform in target.transforms:
+            shape = transform.out_shape(shape, f"{where}, tensor {t.name!r}")
+        if target.name in out:
+            raise CheckpointError(
+                f"tensors {out[target.name].gguf_name!r} and {t.name!r} both map to "
+                f"{target.name!r}",
+                where=where,
+                fix="this is a bug in the family plugin's GGUF translation; report it",
+            )
+        out[target.name] = GGUFTensorInfo(
+            name=target.name,
+            gguf_name=t.name,
+            ggml_type=t.ggml_type,
+            stored_shape=t.shape,
+            shape=shape,
+            file=t.file,
+            start=t.start,
+            end=t.end,
+            transforms=tuple(target.transforms),
+        )
+    return out

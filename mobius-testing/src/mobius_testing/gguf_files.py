@@ -1,0 +1,125 @@
+"""Write GGUF files in tests the way llama.cpp's ``convert_hf_to_gguf.py`` writes them.
+
+Families write their own architecture keys and tensor names; the parts every family
+shares live here: the tensor encodings (llama.cpp keeps 1-D tensors in F32 and
+quantizes 2-D ones), the ``gpt2`` tokenizer metadata of an HF byte-level BPE
+checkpoint (tokens, token types, merges, special ids, chat template) and the writer
+call (``gguf.GGUFWriter``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+NORMAL, CONTROL, USER_DEFINED = 1, 3, 4
+
+
+def encode(array: np.ndarray, ggml_type: str) -> tuple[np.ndarray, str]:
+    """(data for ``GGUFWriter.add_tensor``, type) of an HF float tensor; 1-D tensors stay
+    F32, as llama.cpp's converter keeps them. A uint8 array is taken as already encoded
+    blocks of ``ggml_type`` (for types gguf cannot quantize: the K-quants)."""
+    import gguf
+
+    if array.dtype == np.uint8:
+        return array, ggml_type
+    array = np.asarray(array, dtype=np.float32)
+    if array.ndim == 1:
+        ggml_type = "F32"
+    qtype = gguf.GGMLQuantizationType[ggml_type]
+    return gguf.quants.quantize(array, qtype), ggml_type
+
+
+def gpt2_tokenizer_metadata(folder: Path, pre: str) -> dict[str, Any]:
+    """The ``tokenizer.*`` metadata llama.cpp writes for an HF byte-level BPE tokenizer
+    (``tokenizer.json`` with ``tokenizer_config.json`` / ``config.json`` beside it)."""
+    tok = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    tcfg = _json(folder / "tokenizer_config.json")
+    cfg = _json(folder / "config.json")
+    vocab: dict[str, int] = dict(tok["model"]["vocab"])
+    added = {t["id"]: t for t in tok.get("added_tokens", [])}
+    for i, t in added.items():
+        vocab[t["content"]] = i
+    size = max(cfg.get("vocab_size", 0), max(vocab.values()) + 1)
+    by_id = {i: t for t, i in vocab.items()}
+    tokens, types = [], []
+    for i in range(size):
+        if i not in by_id:
+            tokens.append(f"[PAD{i}]")
+            types.append(USER_DEFINED)
+        elif i in added:
+            tokens.append(by_id[i])
+            types.append(CONTROL if added[i].get("special") else USER_DEFINED)
+        else:
+            tokens.append(by_id[i])
+            types.append(NORMAL)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"].get("merges", [])]
+    meta: dict[str, Any] = {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": pre,
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.merges": merges,
+    }
+    for role, key in (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding")):
+        token = tcfg.get(f"{role}_token")
+        if isinstance(token, dict):
+            token = token.get("content")
+        # llama.cpp's SpecialVocab falls back on config.json's id
+        ident = vocab.get(token) if isinstance(token, str) else cfg.get(f"{role}_token_id")
+        if isinstance(ident, int):
+            meta[f"tokenizer.ggml.{key}_token_id"] = ident
+    for flag in ("add_bos_token", "add_eos_token"):
+        if isinstance(tcfg.get(flag), bool):
+            meta[f"tokenizer.ggml.{flag}"] = tcfg[flag]
+    template = folder / "chat_template.jinja"
+    if template.is_file():
+        meta["tokenizer.chat_template"] = template.read_text(encoding="utf-8")
+    elif isinstance(tcfg.get("chat_template"), str):
+        meta["tokenizer.chat_template"] = tcfg["chat_template"]
+    return meta
+
+
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def write_gguf(
+    path: Path,
+    architecture: str,
+    metadata: Mapping[str, Any],
+    tensors: Iterable[tuple[str, np.ndarray, str]],
+) -> Path:
+    """Write ``tensors`` ((GGUF name, HF float array, ggml type)) and ``metadata`` (key →
+    str / int / float / bool / list) with ``gguf.GGUFWriter``. Integers are written as
+    uint32 (llama.cpp's type for counts and ids), floats as float32."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), architecture)
+    for key, value in metadata.items():
+        if key == "general.architecture":
+            continue
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        elif isinstance(value, str):
+            writer.add_string(key, value)
+        elif isinstance(value, list) and value and isinstance(value[0], int):
+            writer.add_array(key, value)
+        else:
+            writer.add_array(key, list(value))
+    for name, array, ggml_type in tensors:
+        data, kind = encode(array, ggml_type)
+        writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType[kind])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
