@@ -13,6 +13,7 @@ from __future__ import annotations
 from mobius.lm.family import DecoderFamily
 from mobius.records import ModelTypeInfo
 from mobius_gemma3.config import FAMILY_NAME, MODEL_TYPE, read_config
+from mobius_gemma3.gguf import translate
 
 
 def _build(config, options):
@@ -41,4 +42,5 @@ FAMILY = DecoderFamily(
     read_config,
     build=_build,
     weight_plan=_plan,
+    gguf=translate,
 )
