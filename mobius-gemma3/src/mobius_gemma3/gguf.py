@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius.errors import CheckpointError
+from mobius.lm import gguf as lm_gguf
 from mobius.records import GGUFTensor, GGUFTranslation
 
 ARCHITECTURE = "gemma3"
@@ -54,27 +55,13 @@ LOCAL_THETA, GLOBAL_THETA = 10_000.0, 1_000_000.0
 LAYERS_27B = 62
 """llama.cpp's Gemma 3 27B (scaled by ``hidden / heads``, not the head dim)."""
 
-GLOBAL_TENSORS = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
 LAYER_TENSORS = {
-    "attn_norm": "input_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
+    **lm_gguf.LAYER_TENSORS,
     "post_attention_norm": "post_attention_layernorm",
     "ffn_norm": "pre_feedforward_layernorm",
     "post_ffw_norm": "post_feedforward_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
 }
-"""``blk.{i}.<name>.weight`` → ``model.layers.{i}.<HF name>.weight``."""
+"""Core's Llama-shaped layer names, with Gemma 3's four sandwich norms."""
 
 
 def translate(
@@ -165,11 +152,4 @@ def _layer_types(metadata: Mapping[str, Any], layers: int) -> list[str]:
 def hf_name(name: str) -> str | None:
     """The HF weight name of GGUF tensor ``name``; None when it is not a Gemma 3 tensor
     (left out of the translation, so the opener refuses the file, naming it)."""
-    if name in GLOBAL_TENSORS:
-        return GLOBAL_TENSORS[name]
-    parts = name.split(".")
-    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[3] == "weight":
-        layer = LAYER_TENSORS.get(parts[2])
-        if layer is not None:
-            return f"model.layers.{int(parts[1])}.{layer}.weight"
-    return None
+    return lm_gguf.hf_tensor_name(name, LAYER_TENSORS)

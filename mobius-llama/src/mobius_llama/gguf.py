@@ -9,26 +9,11 @@ also writes them as ``llama``; they build as ``llama`` without the sliding windo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from mobius.lm.gguf import decoder_translation
-from mobius.records import GGUFTranslation
+from mobius.lm.gguf import translator
 
 ARCHITECTURE = "llama"
 
-
-def translate(
-    architecture: str, metadata: Mapping[str, Any], tensors: Mapping[str, tuple[int, ...]]
-) -> GGUFTranslation | None:
-    """The HF config and tensor names of a ``llama`` GGUF file (None for others)."""
-    if architecture != ARCHITECTURE:
-        return None
-    return decoder_translation(
-        metadata,
-        tensors,
-        architecture=ARCHITECTURE,
-        model_type="llama",
-        hf_class="LlamaForCausalLM",
-        permuted_qk=True,
-    )
+translate = translator(
+    ARCHITECTURE, model_type="llama", hf_class="LlamaForCausalLM", permuted_qk=True
+)
+"""The HF config and tensor names of a ``llama`` GGUF file (None for others)."""

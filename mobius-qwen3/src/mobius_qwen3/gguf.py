@@ -7,26 +7,11 @@ permutation) and shifts no norm. ``qwen3moe`` files are not read yet.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from mobius.lm.gguf import decoder_translation
-from mobius.records import GGUFTranslation
+from mobius.lm.gguf import translator
 
 ARCHITECTURE = "qwen3"
 
-
-def translate(
-    architecture: str, metadata: Mapping[str, Any], tensors: Mapping[str, tuple[int, ...]]
-) -> GGUFTranslation | None:
-    """The HF config and tensor names of a ``qwen3`` GGUF file (None for others)."""
-    if architecture != ARCHITECTURE:
-        return None
-    return decoder_translation(
-        metadata,
-        tensors,
-        architecture=ARCHITECTURE,
-        model_type="qwen3",
-        hf_class="Qwen3ForCausalLM",
-        permuted_qk=False,
-    )
+translate = translator(
+    ARCHITECTURE, model_type="qwen3", hf_class="Qwen3ForCausalLM", permuted_qk=False
+)
+"""The HF config and tensor names of a ``qwen3`` GGUF file (None for others)."""

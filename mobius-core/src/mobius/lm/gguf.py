@@ -11,7 +11,7 @@ GGUF loader maps these keys (transformers ``integrations/ggml.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mobius.errors import CheckpointError
@@ -30,6 +30,9 @@ CONFIG_KEYS = {
 """``<arch>.<key>`` → HF config key (copied as they are)."""
 
 REQUIRED = ("block_count", "embedding_length", "feed_forward_length", "attention.head_count")
+
+ROPE_TYPES = {"linear": "linear", "yarn": "yarn"}
+"""``<arch>.rope.scaling.type`` → HF ``rope_type`` (``none``: no scaling)."""
 
 GLOBAL_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -80,11 +83,9 @@ def decoder_translation(
     for name, hf in CONFIG_KEYS.items():
         if key(name) in metadata:
             config[hf] = metadata[key(name)]
-    if key("rope.freq_base") in metadata:
-        config["rope_parameters"] = {
-            "rope_theta": metadata[key("rope.freq_base")],
-            "rope_type": "default",
-        }
+    rope = _rope(architecture, metadata)
+    if rope is not None:
+        config["rope_parameters"] = rope
     vocab = metadata.get(key("vocab_size"))
     if vocab is None and isinstance(metadata.get("tokenizer.ggml.tokens"), list):
         vocab = len(metadata["tokenizer.ggml.tokens"])
@@ -104,7 +105,7 @@ def decoder_translation(
         }
     names: dict[str, str | GGUFTensor] = {}
     for name in tensors:
-        hf_name = _hf_name(name)
+        hf_name = hf_tensor_name(name)
         if hf_name is None:
             continue
         layer_part = name.split(".")[2] if name.startswith("blk.") else ""
@@ -113,12 +114,63 @@ def decoder_translation(
     return GGUFTranslation(config=config, tensors=names)
 
 
-def _hf_name(name: str) -> str | None:
+def _rope(architecture: str, metadata: Mapping[str, Any]) -> dict[str, Any] | None:
+    """HF ``rope_parameters`` from ``<arch>.rope.freq_base`` and ``<arch>.rope.scaling.*``."""
+    theta = metadata.get(f"{architecture}.rope.freq_base")
+    kind = metadata.get(f"{architecture}.rope.scaling.type", "none")
+    if kind == "none":
+        return None if theta is None else {"rope_theta": theta, "rope_type": "default"}
+    if kind not in ROPE_TYPES:
+        raise CheckpointError(
+            f"the {architecture} GGUF file's rope scaling {kind!r} is not one mobius reads "
+            f"(known: none, {', '.join(ROPE_TYPES)})",
+            where=f"GGUF metadata {architecture}.rope.scaling.type",
+            fix="build the model from its HF checkpoint instead",
+        )
+    rope: dict[str, Any] = {"rope_type": ROPE_TYPES[kind]}
+    if theta is not None:
+        rope["rope_theta"] = theta
+    factor = metadata.get(f"{architecture}.rope.scaling.factor")
+    if factor is not None:
+        rope["factor"] = factor
+    original = metadata.get(f"{architecture}.rope.scaling.original_context_length")
+    if original is not None:
+        rope["original_max_position_embeddings"] = original
+    return rope
+
+
+def hf_tensor_name(name: str, layer_tensors: Mapping[str, str] = LAYER_TENSORS) -> str | None:
+    """The HF weight name of GGUF tensor ``name`` (``token_embd.weight``,
+    ``blk.{i}.<part>.{weight,bias}`` with ``part`` in ``layer_tensors``); None when it is
+    none of these (left out of a translation, so the opener refuses the file, naming it)."""
     if name in GLOBAL_TENSORS:
         return GLOBAL_TENSORS[name]
     parts = name.split(".")
     if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit():
-        layer = LAYER_TENSORS.get(parts[2])
+        layer = layer_tensors.get(parts[2])
         if layer is not None and parts[3] in ("weight", "bias"):
             return f"model.layers.{int(parts[1])}.{layer}.{parts[3]}"
     return None
+
+
+def translator(
+    architecture: str, *, model_type: str, hf_class: str, permuted_qk: bool
+) -> Callable[[str, Mapping[str, Any], Mapping[str, tuple[int, ...]]], GGUFTranslation | None]:
+    """The ``DecoderFamily(gguf=...)`` function of one llama.cpp ``architecture``: its files
+    through :func:`decoder_translation`, None for any other architecture."""
+
+    def translate(
+        arch: str, metadata: Mapping[str, Any], tensors: Mapping[str, tuple[int, ...]]
+    ) -> GGUFTranslation | None:
+        if arch != architecture:
+            return None
+        return decoder_translation(
+            metadata,
+            tensors,
+            architecture=architecture,
+            model_type=model_type,
+            hf_class=hf_class,
+            permuted_qk=permuted_qk,
+        )
+
+    return translate
