@@ -36,6 +36,7 @@ def test_real_fixture_configs_parse(tmp_path: Path) -> None:
             "qwen3_moe",
             "llama",
             "mistral",
+            "gemma3_text",
         )
 
 
