@@ -177,11 +177,11 @@ class ModelServer:
     """One replica: one package, one engine, the ``mobius serve`` FastAPI app around it."""
 
     def __init__(self, model: dict[str, str], opts: dict[str, Any]) -> None:
+        from ray import serve
+
         from mobius_runtime.engine import Engine
         from mobius_runtime.pipeline import Pipeline
         from mobius_runtime.serve.app import Settings, create_app
-
-        from ray import serve
 
         options = RayOptions.from_args({**opts, "models": [model]})
         # Pipeline.load checks the package as `mobius verify` does before opening it
@@ -233,7 +233,10 @@ class ModelServer:
         try:
             while (message := await sent.get()) is not None:
                 if message["type"] == "http.response.start":
-                    tagged = [*message.get("headers", []), (REPLICA_HEADER.encode(), self.replica.encode())]
+                    tagged = [
+                        *message.get("headers", []),
+                        (REPLICA_HEADER.encode(), self.replica.encode()),
+                    ]
                     yield {"status": message["status"], "headers": tagged}
                 elif message["type"] == "http.response.body":
                     if message.get("body"):
@@ -291,7 +294,9 @@ class Ingress:
         options = RayOptions.from_args(opts)
         self.handles = handles  # model name -> DeploymentHandle
         self.names = list(handles)
-        self.deployments = {m.name: deployment_name(i, m.name) for i, m in enumerate(options.models)}
+        self.deployments = {
+            m.name: deployment_name(i, m.name) for i, m in enumerate(options.models)
+        }
         self.api_key = None if options.api_key is None else options.api_key.encode("utf-8")
         self.max_request_mb = options.settings.get("max_request_mb")
         self.app_name = serve.get_replica_context().app_name
@@ -362,7 +367,9 @@ class Ingress:
             states = {} if status is None else {str(getattr(k, "value", k)): v
                                                 for k, v in status.replica_states.items()}  # fmt: skip
             models[name] = {
-                "status": "UNKNOWN" if status is None else str(getattr(status.status, "value", status.status)),
+                "status": "UNKNOWN"
+                if status is None
+                else str(getattr(status.status, "value", status.status)),
                 "running_replicas": states.get("RUNNING", 0),
                 "replicas": states,
             }
@@ -552,7 +559,8 @@ def run(opts: RayOptions, host: str, port: int, address: str | None) -> None:
     ray, serve = require_ray()
     app = application(opts)
     local = address is None
-    ray.init(address=address, include_dashboard=False if local else None,
+    # "local": a Ray instance of its own, even where `ray start` runs one on this machine
+    ray.init(address=address or "local", include_dashboard=False if local else None,
              log_to_driver=True, ignore_reinit_error=True)  # fmt: skip
     try:
         serve.start(http_options={"host": host, "port": port})
