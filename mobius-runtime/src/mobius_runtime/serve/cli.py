@@ -217,7 +217,6 @@ def _server(
         ) from None
     from mobius_runtime.cli import require_package
     from mobius_runtime.engine import Engine
-    from mobius_runtime.errors import RequestError
     from mobius_runtime.pipeline import Pipeline
 
     require_package(package)
@@ -225,12 +224,7 @@ def _server(
     sock = _bind(host, port)  # before loading: a busy port fails in seconds, not minutes
     log.info("loading %s (device %s)", package, device)
     pipeline = Pipeline.load(package, device=device, threads=threads)
-    if pipeline.plan.logits is None:
-        raise RequestError(
-            "this package has no logits output, so it cannot generate",
-            where="mobius.json: contract.outputs",
-            fix="serve a text-generation package",
-        )
+    require_logits(pipeline)
     if api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("listening on %s without --api-key: anyone who can reach it may use it", host)
     engine = Engine(pipeline, max_batch=max_batch, max_queue=max_queue)
@@ -256,6 +250,18 @@ def _server(
     server = _make_server(config, name, settings)
     server.socket = sock
     return server
+
+
+def require_logits(pipeline: Any) -> None:
+    """A one-line error for a package that cannot generate (no logits output)."""
+    from mobius_runtime.errors import RequestError
+
+    if pipeline.plan.logits is None:
+        raise RequestError(
+            "this package has no logits output, so it cannot generate",
+            where="mobius.json: contract.outputs",
+            fix="serve a text-generation package",
+        )
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -182,11 +182,12 @@ class ModelServer:
         from mobius_runtime.engine import Engine
         from mobius_runtime.pipeline import Pipeline
         from mobius_runtime.serve.app import Settings, create_app
+        from mobius_runtime.serve.cli import require_logits
 
         options = RayOptions.from_args({**opts, "models": [model]})
         # Pipeline.load checks the package as `mobius verify` does before opening it
         pipeline = Pipeline.load(model["path"], device=options.device, threads=options.threads)
-        _require_logits(pipeline)
+        require_logits(pipeline)
         # max_queue: room for a request Ray sends as one leaves, before the engine's next
         # step has freed its slot; Ray itself never sends more than max_batch at once
         self.engine = Engine(pipeline, max_batch=options.max_batch, max_queue=options.max_batch)
@@ -271,17 +272,6 @@ class ModelServer:
             settings.engine.stop(timeout=5)
 
 
-def _require_logits(pipeline: Any) -> None:
-    from mobius_runtime.errors import RequestError
-
-    if pipeline.plan.logits is None:
-        raise RequestError(
-            "this package has no logits output, so it cannot generate",
-            where="mobius.json: contract.outputs",
-            fix="serve a text-generation package",
-        )
-
-
 # ---------------------------------------------------------------------- the ingress
 
 
@@ -320,9 +310,8 @@ class Ingress:
         raise unknown_model(name, ", ".join(repr(n) for n in self.names))
 
     async def forward(self, name: str, request: Any, body: bytes) -> Any:
+        """The replica's answer: an SSE stream relayed as it comes, or the whole body."""
         from fastapi.responses import Response, StreamingResponse
-
-        from mobius_runtime.serve.errors import ApiError
 
         call = self.handles[name].options(stream=True).forward
         answer = call.remote(request.method, request.url.path, request.url.query.encode(),
@@ -337,8 +326,6 @@ class Ingress:
                 return StreamingResponse(_relay(answer, name), start["status"], headers)
             chunks = [chunk async for chunk in _guarded(answer, name)]
             return Response(b"".join(chunks), start["status"], headers)
-        except ApiError:
-            raise
         finally:
             if not relayed:
                 answer.cancel()  # done already, or the client left while it was running
@@ -402,10 +389,6 @@ def _ingress_app(ingress: Ingress) -> Any:
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     async def anything(path: str, request: Request) -> Any:
         body = await request.body()
-        if path.startswith("v1/models/") and len(ingress.names) > 1:
-            name = path.removeprefix("v1/models/")
-            if name in ingress.handles:
-                return await ingress.forward(name, request, body)
         return await ingress.forward(ingress.pick(request, body), request, body)
 
     return app
