@@ -29,10 +29,17 @@ NEW = 12
 WAIT_S = 180  # bound for Ray to (re)start a replica on a loaded 2-core machine
 
 
+# no usage report (tests never reach the network), no auth token written to ~/.ray
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+
+
 @pytest.fixture(scope="module")
 def cluster():
+    import os
     import socket
 
+    saved = {k: os.environ.get(k) for k in RAY_ENV}
+    os.environ.update(RAY_ENV)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -44,6 +51,11 @@ def cluster():
     finally:
         serve.shutdown()
         ray.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture(scope="module")

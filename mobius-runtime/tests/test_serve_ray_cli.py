@@ -131,7 +131,9 @@ def test_write_ray_config_writes_a_serve_deploy_file_and_never_overwrites(app, s
     assert out.read_text() == text
 
 
-def test_serve_ray_answers_and_drains_its_requests_on_sigint(tiny_gqa_package, tmp_path):
+def test_serve_ray_answers_and_drains_its_requests_on_sigint(
+    tiny_gqa_package, tmp_path, monkeypatch
+):
     """The command as a process: its own local Ray instance, a stream running when SIGINT
     comes ends complete (Ray drains it), then the process exits 0."""
     import json
@@ -141,7 +143,10 @@ def test_serve_ray_answers_and_drains_its_requests_on_sigint(tiny_gqa_package, t
     pytest.importorskip("ray.serve")
     import httpx
     from test_serve_cli import ENDLESS, _start
+    from test_serve_ray import RAY_ENV
 
+    for key, value in RAY_ENV.items():  # the command's Ray instance inherits them
+        monkeypatch.setenv(key, value)
     package = tmp_path / "pkg"
     package.symlink_to(tiny_gqa_package, target_is_directory=True)
     extra = ("--ray", "--replicas", "1", "--replica-cpus", "0.5")
