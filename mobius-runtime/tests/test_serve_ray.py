@@ -231,3 +231,18 @@ def _kill_one_of(streams):
         else:
             assert outcome is None, outcome
     return victim, old
+
+
+def test_a_replica_whose_engine_stopped_fails_its_health_check(pipeline):
+    """What Ray's health check reads: it replaces a replica whose engine thread ended."""
+    from mobius_runtime.engine import Engine
+
+    replica = ray_app.ModelServer.__new__(ray_app.ModelServer)  # no Ray replica context
+    replica.engine, replica.replica = Engine(pipeline, max_batch=1), "r"
+    with pytest.raises(RuntimeError, match="engine thread has stopped"):
+        replica.check_health()  # not started
+    replica.engine.start()
+    replica.check_health()
+    replica.engine.stop()
+    with pytest.raises(RuntimeError, match="engine thread has stopped"):
+        replica.check_health()

@@ -261,8 +261,7 @@ class ModelServer:
 
     def check_health(self) -> None:
         """Ray calls this every ``HEALTH_PERIOD_S``; raising makes it replace the replica."""
-        thread = self.engine._thread
-        if thread is None or not thread.is_alive():
+        if not self.engine.running:
             raise RuntimeError(f"replica {self.replica}: the engine thread has stopped")
 
     def __del__(self) -> None:
