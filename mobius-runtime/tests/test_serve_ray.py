@@ -26,6 +26,8 @@ from test_serve_cli import ENDLESS  # noqa: E402
 from mobius_runtime.serve import ray_app  # noqa: E402
 
 NEW = 12
+KEY = "k3y"  # the application's --api-key
+AUTH = {"authorization": f"Bearer {KEY}"}
 WAIT_S = 180  # bound for Ray to (re)start a replica on a loaded 2-core machine
 
 
@@ -62,13 +64,14 @@ def cluster():
 def app(cluster, tiny_gqa_package):
     path = str(tiny_gqa_package)
     models = [ray_app.Model(path, "tiny", replicas=2), ray_app.Model(path, "tiny-b", replicas=1)]
-    opts = ray_app.RayOptions(models, replica_cpus=0.5, threads=1, device="cpu", max_batch=4)
+    opts = ray_app.RayOptions(models, replica_cpus=0.5, threads=1, device="cpu", max_batch=4,
+                              api_key=KEY)  # fmt: skip
     serve.run(ray_app.application(opts), name=ray_app.APP_NAME, route_prefix="/")
     return cluster
 
 
-def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
+def client(url: str, key: str = "k3y") -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=120)
 
 
 def handle(model: str = "tiny"):
@@ -131,7 +134,7 @@ def test_a_client_that_leaves_mid_stream_frees_its_replicas_slot(app):
     before = all_stats()
     body = {"model": "tiny", "prompt": ENDLESS[0], "max_tokens": 1500, "temperature": 0,
             "stream": True}  # fmt: skip
-    with httpx.stream("POST", app + "/v1/completions", json=body, timeout=60) as r:
+    with httpx.stream("POST", app + "/v1/completions", json=body, headers=AUTH, timeout=60) as r:
         assert r.status_code == 200
         replica = r.headers[ray_app.REPLICA_HEADER]
         lines = r.iter_lines()
@@ -166,6 +169,17 @@ def test_two_models_in_one_application_route_by_model(app):
     # the replicas' own errors pass through unchanged (here: the body's validation)
     with pytest.raises(openai.BadRequestError):
         remote.completions.create(model="tiny", prompt=IDS[0], max_tokens=-3)
+
+
+def test_the_key_is_checked_as_by_the_single_process_server(app):
+    stranger = client(app, key="wrong")
+    for model in ("tiny", "tiny-b", "nope"):  # the replicas' check, and the ingress's own
+        with pytest.raises(openai.AuthenticationError) as err:
+            stranger.completions.create(model=model, prompt=IDS[0], max_tokens=2)
+        assert err.value.code == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        stranger.models.list()
+    assert httpx.get(app + "/health", timeout=30).status_code == 200  # no key needed
 
 
 def test_health_reflects_the_replicas(app):
