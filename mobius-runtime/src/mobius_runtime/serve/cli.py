@@ -135,8 +135,9 @@ def serve(
         if ray:
             from mobius_runtime.serve.ray_app import serve_on_ray
 
-            serve_on_ray(packages, host, port, model_name, api_key, max_batch, max_queue,
-                         device, threads, options, ray_flags)  # fmt: skip
+            serve_on_ray(packages, host, port, ray_flags, model_name, api_key=api_key,
+                         max_batch=max_batch, max_queue=max_queue, device=device,
+                         threads=threads, settings=options)  # fmt: skip
             return
         _single(packages, ray_flags)
         server = _server(

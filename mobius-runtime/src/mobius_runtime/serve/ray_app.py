@@ -572,17 +572,13 @@ def serve_on_ray(
     packages: list[Path],
     host: str,
     port: int,
-    model_name: str | None,
-    api_key: str | None,
-    max_batch: int,
-    max_queue: int,
-    device: str,
-    threads: int | None,
-    settings: dict[str, Any],
     flags: dict[str, Any],
+    model_name: str | None,
+    **common: Any,
 ) -> None:
     """``mobius serve PKG... --ray``: the flags checked, then :func:`run` (or the config
-    written, with ``--write-ray-config``)."""
+    written, with ``--write-ray-config``). ``common``: the options ``mobius serve`` has
+    without --ray, as :class:`RayOptions` names them (max_batch, api_key, settings, ...)."""
     from mobius_runtime.cli import require_package
     from mobius_runtime.serve.cli import _bind, _configure_logging
 
@@ -614,12 +610,7 @@ def serve_on_ray(
         autoscale=None if autoscale is None else parse_autoscale(autoscale),
         replica_cpus=1.0 if flags["--replica-cpus"] is None else flags["--replica-cpus"],
         replica_gpus=flags["--replica-gpus"] or 0.0,
-        max_batch=max_batch,
-        max_queue=max_queue,
-        device=device,
-        threads=threads,
-        api_key=api_key,
-        settings=settings,
+        **common,
     )
     _configure_logging()
     if flags["--write-ray-config"] is not None:
