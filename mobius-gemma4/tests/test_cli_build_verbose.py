@@ -22,9 +22,7 @@ def _build(tmp_path: Path, *flags: str):
 def test_verbose_shows_the_attention_split(tmp_path: Path) -> None:
     result = _build(tmp_path, "-v")
     assert result.exit_code == 0, result.output
-    assert "target cpu: GroupQueryAttention: layers 0, 1, 2, 3, 4, 5; Attention: layers none" in (
-        result.output
-    )
+    assert "gemma4 target cpu: GroupQueryAttention on all 6 layers" in (result.output)
 
 
 def test_without_verbose_the_split_is_not_shown(tmp_path: Path) -> None:

@@ -143,7 +143,8 @@ def test_target_picks_attention_op_per_layer(case, target, dtype, expect):
 
 def test_vision_overlay_keeps_sliding_layers_on_attention():
     """With the image-block overlay only full layers (causal in HF) may use GQA."""
-    from mobius_gemma4.text.attention import ATTENTION, GQA, attention_paths
+    from mobius.lm.decoder import ATTENTION, GQA
+    from mobius_gemma4.text.model import attention_paths
 
     config = read_config(MM["model_type"], MM)
     text = config.text

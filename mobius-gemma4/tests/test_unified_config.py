@@ -12,7 +12,6 @@ from reference.paths import CONFIGS
 from mobius.errors import ConfigError
 from mobius.records import BuildOptions
 from mobius_gemma4.plugin import mobius_model_types, mobius_processors, mobius_read_config
-from mobius_gemma4.unified import audio_config_of, vision_config_of
 from mobius_gemma4.unified.processor import UnifiedAudioFrames, UnifiedImageProcessor
 
 pytestmark = pytest.mark.l1
@@ -33,7 +32,7 @@ def test_12b_reads_as_unified_without_ple():
     assert text.use_bidirectional_attention == "vision"
     assert text.kv_heads[:6] == (8, 8, 8, 8, 8, 1) and text.head_dims[5] == 512
     assert text.num_cache_layers == 48 and text.sliding_window == 1024
-    v, a = vision_config_of(config), audio_config_of(config)
+    v, a = config.vision, config.audio
     assert (v.patch_dim, v.mm_embed_dim, v.mm_posemb_size, v.num_soft_tokens) == (
         6912,
         3840,

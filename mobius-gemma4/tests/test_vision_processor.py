@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from mobius.errors import MobiusError
-from mobius_gemma4.vision.processor import Gemma4ImageProcessor, target_size
+from mobius.images import target_size
+from mobius_gemma4.vision.processor import Gemma4ImageProcessor
 
 SIZES = [
     (144, 192),

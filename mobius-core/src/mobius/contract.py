@@ -10,7 +10,7 @@ graphs it describes at build time and lists *every* violation, so a port such as
 
 Endpoints are written ``"component.port"``; component names contain no dot, port
 names may (``present.0.key``). Dtypes are the names of
-:data:`mobius.components.dtypes.DTYPE_NAMES`; symbolic dims are strings.
+:data:`mobius.dtypes.PORT_DTYPES`; symbolic dims are strings.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from mobius.contract_runtime import (
     presence_problems,
     zero_fill_problems,
 )
+from mobius.dtypes import PORT_DTYPES
 from mobius.errors import ContractError
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 Dim = int | str
 """A static size (int) or a symbolic dim name (str)."""
 
-DTYPES = ("float32", "float16", "bfloat16", "int64", "int32", "bool", "uint8")
+DTYPES = PORT_DTYPES
 EXTERNAL_KINDS = ("caller", "generated")
 GENERATED_INPUTS = ("attention_mask", "position_ids")
 

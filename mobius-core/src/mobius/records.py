@@ -11,13 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-DTYPES = ("f32", "f16", "bf16")
+from mobius.dtypes import BUILD_DTYPES
+
+DTYPES = tuple(BUILD_DTYPES)
 """Build dtypes accepted by ``mobius build --dtype``."""
 
 TARGETS = ("default", "cpu", "cuda")
 """Build targets accepted by ``mobius build --target``."""
 
-PORT_DTYPE_OF_BUILD_DTYPE = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+PORT_DTYPE_OF_BUILD_DTYPE = BUILD_DTYPES
 """The contract port dtype that a build dtype produces for float tensors."""
 
 
@@ -147,6 +149,8 @@ class Processors:
       media placeholder expanded to its soft-token count.
     - ``stop_token_ids``: ids that end generation; ``bos_token_id``: prepended
       by the tokenizer step when the formatted prompt does not contain it.
+    - ``extra``: read by nothing. Accepted only so that plugins built against core
+      0.1.0 – 0.1.3 (mobius-gemma4 0.1.0 sets it) still load; removed in 0.2.
     """
 
     format_prompt: Callable[[str, int, int], str] | None = None

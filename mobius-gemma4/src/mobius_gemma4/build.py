@@ -4,40 +4,33 @@
 ``cpu`` / ``cuda`` put com.microsoft GroupQueryAttention on every text layer it expresses
 exactly (window on sliding layers, each type's own RoPE applied before it, KV consumers
 reading the producer's cache; docs/gemma4.md §9, trap T6) and keep ``Attention`` elsewhere —
-see :func:`mobius_gemma4.text.attention.attention_paths`; the build logs the split.
+see :func:`mobius_gemma4.text.model.attention_paths`; the build logs the split.
 """
 
 from __future__ import annotations
-
-import logging
 
 from mobius.errors import BuildError
 from mobius.records import BuildOptions
 from mobius_gemma4.config import Gemma4Config
 from mobius_gemma4.contract import text_components
-from mobius_gemma4.ports import MULTIMODAL_TYPES
-
-log = logging.getLogger("mobius_gemma4")
+from mobius_gemma4.ports import MULTIMODAL_TYPES, vision_overlay
 
 
 def build_component(config: Gemma4Config, component: str, options: BuildOptions):
+    from mobius_gemma4.text import model
+
+    multimodal = config.model_type in MULTIMODAL_TYPES
     if config.model_type == "gemma4_text" and component == "model":
-        from mobius_gemma4.text.causal_lm import build_causal_lm
-
-        return build_causal_lm(config.text, options.dtype, options.target)
-    if config.model_type in MULTIMODAL_TYPES and component == "embedding":
-        from mobius_gemma4.text.embedding import build_embedding
-
-        return build_embedding(config, options.dtype)
-    if config.model_type in MULTIMODAL_TYPES and component == "decoder":
-        from mobius_gemma4.text.decoder import build_decoder
-
-        return build_decoder(
+        return model.build_causal_lm(config.text, options.dtype, options.target)
+    if multimodal and component == "embedding":
+        return model.build_embedding(config, options.dtype)
+    if multimodal and component == "decoder":
+        return model.build_decoder(
             config.text,
             options.dtype,
             block_token_ids=block_token_ids(config),
             target=options.target,
-            # HF's unified forward ORs the image blocks into every layer's mask (text.masks).
+            # HF's unified forward ORs the image blocks into every layer's mask (text.model).
             overlay_full_layers=config.model_type == "gemma4_unified",
         )
     if component in ("vision_encoder", "audio_encoder") and component in text_components(
@@ -54,8 +47,6 @@ def build_component(config: Gemma4Config, component: str, options: BuildOptions)
 
 def block_token_ids(config: Gemma4Config) -> tuple[int, ...]:
     """Token ids forming image blocks of the ``"vision"`` mask overlay (none without it)."""
-    from mobius_gemma4.ports import vision_overlay
-
     if not vision_overlay(config):
         return ()
     ids = (config.image_token_id, config.video_token_id)
@@ -68,16 +59,12 @@ def _build_encoder(config: Gemma4Config, component: str, options: BuildOptions):
         from mobius_gemma4 import unified
 
         if component == "vision_encoder":
-            vision = unified.vision_config_of(config)
-            return unified.build_unified_vision_encoder(vision, hidden, options)
-        audio = unified.audio_config_of(config)
-        return unified.build_unified_audio_encoder(audio, hidden, options)
+            return unified.build_unified_vision_encoder(config.vision, hidden, options)
+        return unified.build_unified_audio_encoder(config.audio, hidden, options)
     if component == "vision_encoder":
-        from mobius_gemma4.vision import build_vision_encoder, read_vision_config
+        from mobius_gemma4.vision import build_vision_encoder
 
-        vc = read_vision_config(config.vision_config, where="config.json: vision_config")
-        return build_vision_encoder(vc, hidden, options)
-    from mobius_gemma4.audio import build_audio_encoder, read_audio_config
+        return build_vision_encoder(config.vision, hidden, options)
+    from mobius_gemma4.audio import build_audio_encoder
 
-    ac = read_audio_config(config.audio_config, where="config.json: audio_config")
-    return build_audio_encoder(ac, hidden, options)
+    return build_audio_encoder(config.audio, hidden, options)

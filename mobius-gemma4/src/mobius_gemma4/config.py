@@ -10,7 +10,6 @@ checkpoint's own.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,10 +117,10 @@ class Gemma4TextConfig:
 
 @dataclass(frozen=True)
 class Gemma4Config:
-    """What a Gemma 4 package is built from: the model type, the text config, token ids.
-
-    ``vision_config`` / ``audio_config`` keep the raw JSON for the encoder builders a
-    later issue adds; text builds do not read them.
+    """What a Gemma 4 package is built from: the model type, the text config, token ids,
+    and the encoder sections read once: ``vision`` (:class:`~mobius_gemma4.vision.config.
+    Gemma4VisionConfig`, or the unified model's ``UnifiedVisionConfig``) and ``audio``
+    (``Gemma4AudioConfig`` / ``UnifiedAudioConfig``), None where ``config.json`` has none.
     """
 
     model_type: str
@@ -133,8 +132,8 @@ class Gemma4Config:
     eoi_token_id: int | None = None
     boa_token_id: int | None = None
     eoa_token_index: int | None = None
-    vision_config: Mapping[str, Any] | None = None
-    audio_config: Mapping[str, Any] | None = None
+    vision: Any = None
+    audio: Any = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -436,25 +435,20 @@ def read_config(model_type: str, raw: Mapping[str, Any]) -> Gemma4Config:
     if "tie_word_embeddings" in raw:
         text["tie_word_embeddings"] = raw["tie_word_embeddings"]
     ids = read_media_token_ids(raw, where)
+    from mobius_gemma4.audio.config import read_audio_config
+    from mobius_gemma4.vision.config import read_vision_config
+
     return Gemma4Config(
         model_type=model_type,
         text=read_text_config(text, cf.path(where, "text_config")),
-        vision_config=cf.mapping(raw, "vision_config", where),
-        audio_config=cf.mapping(raw, "audio_config", where),
+        vision=read_section(raw, "vision_config", read_vision_config),
+        audio=read_section(raw, "audio_config", read_audio_config),
         raw=raw,
         **ids,
     )
 
 
-def embed_scale(hidden: int, dtype: str) -> float:
-    """``sqrt(hidden)`` rounded to the build dtype like HF's weight-dtype buffer (docs/gemma4.md §3.1)."""
-    import numpy as np
-
-    value = np.float32(math.sqrt(hidden))
-    if dtype == "bf16":
-        import ml_dtypes
-
-        return float(np.float32(value).astype(ml_dtypes.bfloat16))
-    if dtype == "f16":
-        return float(value.astype(np.float16))
-    return float(value)
+def read_section(raw: Mapping[str, Any], key: str, reader) -> Any:
+    """``reader(raw[key], where=...)``, or None when the section is null or absent."""
+    section = cf.mapping(raw, key, "config.json")
+    return None if section is None else reader(section, where="config.json")

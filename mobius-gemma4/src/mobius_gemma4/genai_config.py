@@ -71,9 +71,7 @@ def media_sections(config: Gemma4Config) -> dict:
 
 def image_processor_json(config: Gemma4Config) -> dict:
     if config.model_type == "gemma4_unified":
-        from mobius_gemma4.unified import vision_config_of
-
-        uc = vision_config_of(config)
+        uc = config.vision
         attrs = {
             "patch_size": uc.patch_size,
             "max_soft_tokens": uc.num_soft_tokens,
@@ -81,9 +79,8 @@ def image_processor_json(config: Gemma4Config) -> dict:
         }
     else:
         from mobius_gemma4.processors import max_soft_tokens
-        from mobius_gemma4.vision import read_vision_config
 
-        vc = read_vision_config(config.vision_config, where="config.json: vision_config")
+        vc = config.vision
         attrs = {
             "patch_size": vc.patch_size,
             "max_soft_tokens": max_soft_tokens(config),
@@ -114,10 +111,8 @@ def image_processor_json(config: Gemma4Config) -> dict:
 
 def audio_processor_json(config: Gemma4Config) -> dict:
     if config.model_type == "gemma4_unified":
-        from mobius_gemma4.unified import audio_config_of
-
         frames = {
-            "audio_samples_per_token": audio_config_of(config).audio_embed_dim,
+            "audio_samples_per_token": config.audio.audio_embed_dim,
             "sampling_rate": 16000,
         }
         return {
@@ -134,9 +129,7 @@ def audio_processor_json(config: Gemma4Config) -> dict:
                 ]
             }
         }
-    from mobius_gemma4.audio import read_audio_config
-
-    ac = read_audio_config(config.audio_config, where="config.json: audio_config")
+    ac = config.audio
     attrs = {
         "feature_size": ac.num_mel_bins,
         "sampling_rate": 16000,

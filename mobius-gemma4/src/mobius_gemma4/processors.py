@@ -54,18 +54,17 @@ def expand_prompt(text: str, image_tokens: Sequence[int], audio_tokens: Sequence
 def max_soft_tokens(config: Gemma4Config) -> int:
     """Per-image soft-token budget: the checkpoint's, else HF's default 280."""
     raw = config.raw or {}
-    vision = config.vision_config or {}
-    value = raw.get("vision_soft_tokens_per_image") or vision.get("default_output_length")
+    vision = config.vision
+    value = raw.get("vision_soft_tokens_per_image") or (vision and vision.default_output_length)
     return int(value) if value else DEFAULT_SOFT_TOKENS
 
 
 def image_preprocessor(config: Gemma4Config):
     """``images → {pixel_values, pixel_position_ids, num_soft_tokens}`` for this checkpoint."""
     if config.model_type == "gemma4_unified":  # 48-px merged patches (docs/gemma4.md §7)
-        from mobius_gemma4.unified import vision_config_of
         from mobius_gemma4.unified.processor import UnifiedImageProcessor
 
-        uc = vision_config_of(config)
+        uc = config.vision
 
         def make_processor() -> Any:
             return UnifiedImageProcessor(
@@ -76,9 +75,9 @@ def image_preprocessor(config: Gemma4Config):
             )
 
     else:
-        from mobius_gemma4.vision import Gemma4ImageProcessor, read_vision_config
+        from mobius_gemma4.vision import Gemma4ImageProcessor
 
-        vc = read_vision_config(config.vision_config, where="config.json: vision_config")
+        vc = config.vision
 
         def make_processor() -> Any:
             return Gemma4ImageProcessor(
@@ -108,16 +107,14 @@ def audio_preprocessor(config: Gemma4Config):
     from mobius_gemma4.audio import load_audio
 
     if config.model_type == "gemma4_unified":
-        from mobius_gemma4.unified import audio_config_of
         from mobius_gemma4.unified.processor import UnifiedAudioFrames
 
-        extractor: Any = UnifiedAudioFrames(audio_config_of(config).audio_embed_dim)
+        extractor: Any = UnifiedAudioFrames(config.audio.audio_embed_dim)
         max_samples = None  # no clip length cap known for the unified model
     else:
-        from mobius_gemma4.audio import Gemma4AudioFeatureExtractor, read_audio_config
+        from mobius_gemma4.audio import Gemma4AudioFeatureExtractor
 
-        ac = read_audio_config(config.audio_config, where="config.json: audio_config")
-        extractor = Gemma4AudioFeatureExtractor(feature_size=ac.num_mel_bins)
+        extractor = Gemma4AudioFeatureExtractor(feature_size=config.audio.num_mel_bins)
         max_samples = extractor.max_samples  # 30 s: cut before resampling
 
     def preprocess_audio(clips: Sequence[Any]) -> dict[str, Any]:
@@ -158,5 +155,4 @@ def text_processors(config: Gemma4Config) -> Processors:
         expand_prompt=expand_prompt if media else None,
         stop_token_ids=stop_token_ids(config, eos),
         bos_token_id=config.text.bos_token_id,
-        extra={"pad_token_id": config.text.pad_token_id},
     )

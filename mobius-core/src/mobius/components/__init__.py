@@ -10,18 +10,21 @@ them, docs/writing-a-plugin.md §6 "A second real family"):
   ``Embedding``, ``ScaledEmbedding`` / ``embed_scale`` (Gemma's ``sqrt(hidden)``),
   ``logit_softcap``;
 - ``RMSNorm`` (with / without weight, ``1 + w`` via ``weight_offset``, Llama/Qwen weight
-  order via ``weight_after_cast``);
+  order via ``weight_after_cast``), ``LayerNorm`` (float32);
 - ``rope_inv_freq`` (HF rope types incl. partial rotary), ``rotary_cos_sin`` (in-graph
   cos/sin), ``apply_rotary``; ``RotaryEmbedding`` / ``rotary_tables`` (build-time tables);
 - ``allowed_positions`` (causal / sliding / padding, plus a family overlay),
-  ``additive_attention_mask``, ``gqa_lengths``;
+  ``additive_attention_mask``, ``gqa_lengths``; ``block_ids`` / ``same_block`` (the
+  image-block overlay: bidirectional attention inside each run of image placeholders);
+- multimodal rows: ``token_in``, ``map_placeholders``, ``scatter_rows`` (HF's
+  ``masked_scatter``), ``keep_rows`` (float32 ``Compress`` of the rows a mask keeps);
 - ``Attention``, ``GroupQueryAttention``, ``gqa_available`` / ``GQA_DTYPES``;
 - ``GatedMLP`` and ``activation``; ``route`` + ``RoutedExperts`` (routed MoE);
 - graph helpers ``new_graph`` / ``add_input`` / ``add_output`` / ``constant`` /
   ``finish_model`` and dtype names.
 
-Family-specific blocks (Gemma's per-layer embeddings, image-block masks, clipped linears;
-Qwen3's sparse-layer choice) stay in the families.
+Family-specific blocks (Gemma 4's per-layer embeddings and clipped linears; Qwen3's
+sparse-layer choice) stay in the families.
 """
 
 from __future__ import annotations
@@ -40,9 +43,15 @@ from mobius.components.graph import (
     new_graph,
 )
 from mobius.components.linear import Linear, linear_transposed
-from mobius.components.masks import additive_attention_mask, allowed_positions, gqa_lengths
+from mobius.components.masks import (
+    additive_attention_mask,
+    allowed_positions,
+    block_ids,
+    gqa_lengths,
+    same_block,
+)
 from mobius.components.mlp import ACTIVATIONS, GatedMLP, activation
-from mobius.components.norm import RMSNorm
+from mobius.components.norm import LayerNorm, RMSNorm
 from mobius.components.rotary import (
     ROPE_TYPES,
     RotaryEmbedding,
@@ -51,6 +60,7 @@ from mobius.components.rotary import (
     rotary_cos_sin,
     rotary_tables,
 )
+from mobius.components.rows import keep_rows, map_placeholders, scatter_rows, token_in
 from mobius.components.softcap import logit_softcap
 
 __all__ = [
@@ -63,6 +73,7 @@ __all__ = [
     "Embedding",
     "GatedMLP",
     "GroupQueryAttention",
+    "LayerNorm",
     "Linear",
     "RMSNorm",
     "RotaryEmbedding",
@@ -74,6 +85,7 @@ __all__ = [
     "additive_attention_mask",
     "allowed_positions",
     "apply_rotary",
+    "block_ids",
     "constant",
     "dtype_name",
     "embed_scale",
@@ -81,8 +93,10 @@ __all__ = [
     "gqa_available",
     "gqa_lengths",
     "ir_dtype",
+    "keep_rows",
     "linear_transposed",
     "logit_softcap",
+    "map_placeholders",
     "ms_opset",
     "new_graph",
     "numpy_dtype",
@@ -90,4 +104,7 @@ __all__ = [
     "rotary_cos_sin",
     "rotary_tables",
     "route",
+    "same_block",
+    "scatter_rows",
+    "token_in",
 ]

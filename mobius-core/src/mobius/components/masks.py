@@ -19,6 +19,9 @@ from onnxscript import OpBuilder
 
 from mobius.components.dtypes import ir_dtype, numpy_dtype
 from mobius.components.graph import constant
+from mobius.components.rows import token_in
+
+_INT64 = ir.DataType.INT64
 
 
 def _shared_constant(op: OpBuilder, array: np.ndarray, name: str) -> ir.Value:
@@ -105,3 +108,35 @@ def gqa_lengths(op: OpBuilder, attention_mask: ir.Value) -> tuple[ir.Value, ir.V
     seqlens_k = op.Cast(op.Sub(ones, 1), to=ir.DataType.INT32)
     total = op.Cast(_dim(op, attention_mask, 1), to=ir.DataType.INT32)
     return seqlens_k, total
+
+
+def block_ids(op: OpBuilder, input_ids: ir.Value, token_ids: tuple[int, ...]) -> ir.Value:
+    """``[B, S]`` int64 block id of every position: each maximal run of ``token_ids``
+    (an image's placeholders) gets 0, 1, … in order; every other position −1."""
+    hit = token_in(op, input_ids, token_ids)
+    v = op.Cast(hit, to=_INT64)
+    one = op.Constant(value_ints=[1])
+    zero = op.Constant(value_ints=[0])
+    first = op.Mul(op.Slice(v, zero, one, one), op.Constant(value_int=0))  # [B, 1] zeros
+    prev = op.Concat(first, op.Slice(v, zero, op.Constant(value_ints=[-1]), one), axis=1)
+    starts = op.Mul(v, op.Sub(op.Constant(value_int=1), prev))
+    group = op.Sub(op.CumSum(starts, op.Constant(value_int=1)), op.Constant(value_int=1))
+    return op.Where(hit, group, op.Constant(value_int=-1))
+
+
+def same_block(
+    op: OpBuilder, blocks: ir.Value, query: ir.Value, attention_mask: ir.Value
+) -> ir.Value:
+    """Bool ``[B, 1, S, T]``: query and key lie in the same block of :func:`block_ids`
+    (bidirectional attention inside an image); past keys count as no block (−1), so a
+    decode step is plain causal. Pass it to :func:`allowed_positions` as ``also``."""
+    total = op.Shape(attention_mask, start=1, end=2)
+    past = op.Sub(total, op.Shape(query, start=1, end=2))
+    batch = op.Shape(blocks, start=0, end=1)
+    past_ids = op.ConstantOfShape(
+        op.Concat(batch, past, axis=0), value=ir.tensor([-1], dtype=_INT64)
+    )
+    keys = op.Unsqueeze(op.Concat(past_ids, blocks, axis=1), [1, 2])  # [B, 1, 1, T]
+    queries = op.Unsqueeze(blocks, [1, 3])  # [B, 1, S, 1]
+    in_block = op.GreaterOrEqual(queries, op.Constant(value_int=0))
+    return op.And(op.Equal(queries, keys), in_block)

@@ -1,4 +1,4 @@
-"""``RMSNorm`` accumulated in float32.
+"""``RMSNorm`` accumulated in float32, and ``LayerNorm`` (``nn.LayerNorm``) in float32.
 
 Gemma's hidden states reach magnitudes where ``x²`` overflows float16 (±65504),
 so the statistics are always computed in float32 and the result is cast back to
@@ -66,3 +66,35 @@ class RMSNorm(nn.Module):
             w32 = op.Add(w32, self.weight_offset)
         y = op.Mul(y, w32)
         return y if is_f32 else op.CastLike(y, x)
+
+
+class LayerNorm(nn.Module):
+    """``nn.LayerNorm`` over the last axis: ``(x − mean) / sqrt(var + eps) · weight + bias``.
+
+    Constructor: ``LayerNorm(dim, eps=1e-5, *, dtype="float32", name=None)``.
+    Parameters: ``weight`` and ``bias`` ``[dim]``.
+    ``forward(op, x) -> y``: statistics and result in float32 (one
+    ``LayerNormalization``); ``y`` is float32 whatever ``x``'s dtype, so a caller casts
+    back exactly where HF's tensor is in the model dtype.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        eps: float = 1e-5,
+        *,
+        dtype: str | ir.DataType = "float32",
+        name: str | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.weight = nn.Parameter([dim], dtype=ir_dtype(dtype))
+        self.bias = nn.Parameter([dim], dtype=ir_dtype(dtype))
+        self.dim, self.eps = dim, float(eps)
+
+    def forward(self, op: OpBuilder, x: ir.Value) -> ir.Value:
+        def f32(v):
+            return v if v.dtype == _F32 else op.Cast(v, to=_F32)
+
+        return op.LayerNormalization(
+            f32(x), f32(self.weight), f32(self.bias), axis=-1, epsilon=self.eps
+        )

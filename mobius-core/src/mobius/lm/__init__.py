@@ -11,9 +11,11 @@ One signature each (docs/writing-a-plugin.md §7 shows a whole family on it):
   one spelling of ``past_key_values.{i}.key`` / ``present.{i}.key``), ``LMShape(vocab_size,
   kv_heads, head_dims, shared=frozenset())`` / ``LMShape.uniform(...)``, ``lm_ports(shape,
   dtype) -> (inputs, outputs)``, ``lm_contract(shape, dtype, component="model")``,
+  ``kv_states(shape, component)`` (the KV loop of a component of a larger contract),
   ``to_ports(specs)``, ``build_graph(name, inputs, outputs, forward) -> ir.Model``;
 - the model (:mod:`mobius.lm.decoder`): ``attention_path(target, dtype, *, family, layers)``
-  (Attention vs GroupQueryAttention, reason logged), ``SelfAttention``, ``DecoderLayer``,
+  (Attention vs GroupQueryAttention, reason logged; ``attention_paths(target, dtype, *,
+  family, gqa_exact)`` per layer where some masks GroupQueryAttention cannot express), ``SelfAttention``, ``DecoderLayer``,
   ``DecoderLM``, ``build_decoder(cfg, build_dtype, target, *, family, qk_norm=False,
   mlp=gated_mlp)``, ``decoder_shape(cfg)``;
 - the Gemma shape (:mod:`mobius.lm.gemma`): ``GemmaConfig`` (in :mod:`mobius.lm.config`),

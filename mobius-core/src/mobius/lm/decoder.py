@@ -26,7 +26,7 @@ batches. q and k are rotated before it (``do_rotary = 0``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 from onnxscript import nn
@@ -59,17 +59,39 @@ ATTENTION, GQA = "Attention", "GroupQueryAttention"
 def attention_path(target: str, dtype: str | ir.DataType, *, family: str, layers: int) -> str:
     """:data:`GQA` where ``target`` has a GroupQueryAttention kernel for ``dtype``, else
     :data:`ATTENTION`; the choice and its reason are logged (logger ``mobius.lm``)."""
+    return attention_paths(target, dtype, family=family, gqa_exact=(True,) * layers)[0]
+
+
+def attention_paths(
+    target: str, dtype: str | ir.DataType, *, family: str, gqa_exact: Sequence[bool]
+) -> tuple[str, ...]:
+    """The attention op of each layer: :data:`GQA` where ``target`` has a
+    GroupQueryAttention kernel for ``dtype`` and ``gqa_exact[i]`` (GroupQueryAttention
+    expresses layer ``i``'s mask exactly: causal, optionally windowed), else
+    :data:`ATTENTION`. The choice and its reason are logged (logger ``mobius.lm``)."""
     dt = ir_dtype(dtype)
-    path = GQA if gqa_available(target, dt) else ATTENTION
-    if path == ATTENTION and target != "default":
+    kernel = gqa_available(target, dt)
+    if not kernel and target != "default":
         log.info(
             "target %s, dtype %s: onnxruntime has no GroupQueryAttention kernel for this "
             "dtype; every layer keeps the ONNX Attention path",
             target,
             dt.name.lower(),
         )
-    log.info("%s target %s: %s on all %d layers", family, target, path, layers)
-    return path
+    paths = tuple(GQA if kernel and exact else ATTENTION for exact in gqa_exact)
+    log.info("%s target %s: %s", family, target, describe_paths(paths))
+    return paths
+
+
+def describe_paths(paths: Sequence[str]) -> str:
+    """``"GroupQueryAttention on all 6 layers"``, or per op the layers using it
+    (``"GroupQueryAttention: layers 0, 1; Attention: layers 2"``)."""
+    if len(set(paths)) == 1:
+        return f"{paths[0]} on all {len(paths)} layers"
+    return "; ".join(
+        f"{kind}: layers {', '.join(str(i) for i, p in enumerate(paths) if p == kind)}"
+        for kind in (GQA, ATTENTION)
+    )
 
 
 def decoder_shape(cfg: DecoderConfig) -> LMShape:

@@ -2,7 +2,7 @@
 
 :class:`LMShape` holds the facts (vocabulary, per layer KV heads and head dim, which
 layers reuse another layer's cache); :func:`lm_ports` lists the graph's ports,
-:func:`lm_contract` the one-component contract with its KV loop, and :func:`build_graph`
+:func:`lm_contract` the one-component contract with its KV loop (:func:`kv_states`), and :func:`build_graph`
 declares the ports around a family's forward. :func:`kv_port` is the one place that
 spells the KV port names (onnxruntime-genai's default decoder names).
 
@@ -76,7 +76,22 @@ def lm_contract(shape: LMShape, dtype: str, component: str = "model") -> Contrac
     """One ``component`` whose presents feed its pasts (first fed a 0-length cache); the
     caller gives ``input_ids``, the runtime generates ``attention_mask`` / ``position_ids``."""
     ins, outs = lm_ports(shape, dtype)
-    states = tuple(
+    return Contract(
+        components=(Component(component, to_ports(ins), to_ports(outs)),),
+        states=kv_states(shape, component),
+        externals=(
+            ExternalInput(f"{component}.input_ids", "input_ids", "caller"),
+            ExternalInput(f"{component}.attention_mask", "attention_mask", "generated"),
+            ExternalInput(f"{component}.position_ids", "position_ids", "generated"),
+        ),
+        outputs=(f"{component}.logits",),
+    )
+
+
+def kv_states(shape: LMShape, component: str) -> tuple[StateEdge, ...]:
+    """The KV loop of ``component``: each ``present.{i}.*`` feeds ``past_key_values.{i}.*``
+    at the next step, first fed a ``[batch, kv_heads, 0, head_dim]`` cache."""
+    return tuple(
         StateEdge(
             f"{component}.{kv_port(i, kind, present=True)}",
             f"{component}.{kv_port(i, kind)}",
@@ -84,16 +99,6 @@ def lm_contract(shape: LMShape, dtype: str, component: str = "model") -> Contrac
         )
         for i in shape.cache_layers
         for kind in KV_KINDS
-    )
-    return Contract(
-        components=(Component(component, to_ports(ins), to_ports(outs)),),
-        states=states,
-        externals=(
-            ExternalInput(f"{component}.input_ids", "input_ids", "caller"),
-            ExternalInput(f"{component}.attention_mask", "attention_mask", "generated"),
-            ExternalInput(f"{component}.position_ids", "position_ids", "generated"),
-        ),
-        outputs=(f"{component}.logits",),
     )
 
 

@@ -1,42 +1,22 @@
-"""Dtype tables and limits shared by the weight-plan modules."""
+"""Dtype tables and limits shared by the weight-plan modules (views of
+:data:`mobius.dtypes.DTYPES`, the one table)."""
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
-NUMPY_DTYPES: dict[str, np.dtype] = {
-    "float32": np.dtype(np.float32),
-    "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
-    "float64": np.dtype(np.float64),
-    "int64": np.dtype(np.int64),
-    "int32": np.dtype(np.int32),
-    "int16": np.dtype(np.int16),
-    "int8": np.dtype(np.int8),
-    "uint8": np.dtype(np.uint8),
-    "bool": np.dtype(np.bool_),
-}
+from mobius.dtypes import DTYPES, FLOATS, HALF_FLOATS, ir_dtype, numpy_dtype
+
+__all__ = ["FLOATS", "HALF_FLOATS", "IR_DTYPES", "NAME_OF_IR", "NUMPY_DTYPES", "cast_problem"]
+
+NUMPY_DTYPES: dict[str, np.dtype] = {name: numpy_dtype(name) for name in DTYPES}
 """numpy dtype of each mobius dtype name a weight plan may produce."""
 
-IR_DTYPES: dict[str, ir.DataType] = {
-    "float32": ir.DataType.FLOAT,
-    "float16": ir.DataType.FLOAT16,
-    "bfloat16": ir.DataType.BFLOAT16,
-    "float64": ir.DataType.DOUBLE,
-    "int64": ir.DataType.INT64,
-    "int32": ir.DataType.INT32,
-    "int16": ir.DataType.INT16,
-    "int8": ir.DataType.INT8,
-    "uint8": ir.DataType.UINT8,
-    "bool": ir.DataType.BOOL,
-}
+IR_DTYPES: dict[str, ir.DataType] = {name: ir_dtype(name) for name in DTYPES}
 """onnx_ir data type of each mobius dtype name."""
 
 NAME_OF_IR = {v: k for k, v in IR_DTYPES.items()}
-FLOATS = ("float32", "float16", "bfloat16", "float64")
-HALF_FLOATS = ("float16", "bfloat16")
 
 CHUNK_BYTES = 64 * 1024 * 1024
 """Default bound of one chunk of :meth:`TensorExpr.iter_chunks` (and of its read buffer)."""

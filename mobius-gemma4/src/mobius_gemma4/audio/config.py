@@ -38,9 +38,17 @@ class Gemma4AudioConfig:
     num_mel_bins: int = 128
     """Feature width of ``input_features`` (the feature extractor's ``feature_size``)."""
 
+    frame_mask = True
+    """The tower also outputs the per-frame ``audio_features_mask`` (see ports)."""
+
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def frame_width(self) -> int:
+        """Width of one ``input_features`` frame: the mel bins."""
+        return self.num_mel_bins
 
 
 def read_audio_config(raw: Mapping[str, Any], *, where: str = "config.json") -> Gemma4AudioConfig:

@@ -22,11 +22,11 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import OpBuilder, nn
 
-from mobius.components import Linear, RMSNorm
-from mobius.components.dtypes import ir_dtype
-from mobius.components.graph import add_input, add_output, constant, finish_model, new_graph
+from mobius.components import Linear, RMSNorm, constant, ir_dtype, keep_rows
+from mobius.lm.ports import build_graph
 from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE, BuildOptions
 from mobius_gemma4.audio.config import Gemma4AudioConfig
+from mobius_gemma4.ports import audio_ports
 from mobius_gemma4.vision.layers import BOOL, F32, ClippableLinear, MultimodalEmbedder
 
 AUDIO_COMPONENT = "audio_encoder"
@@ -283,25 +283,21 @@ class AudioTower(nn.Module):
 def build_audio_encoder(
     cfg: Gemma4AudioConfig, text_hidden_size: int, options: BuildOptions
 ) -> ir.Model:
-    """Build the ``audio_encoder`` graph (initializers without data; bind with the weight plan)."""
+    """Build the ``audio_encoder`` graph (initializers without data; bind with the weight
+    plan); ports :func:`mobius_gemma4.ports.audio_ports`."""
     dtype = PORT_DTYPE_OF_BUILD_DTYPE[options.dtype]
-    graph, _builder, op = new_graph(AUDIO_COMPONENT)
-    feats = add_input(op, "input_features", dtype, ("batch", "time", cfg.num_mel_bins))
-    mask = add_input(op, "input_features_mask", "bool", ("batch", "time"))
-    hidden, out_mask = AudioTower(cfg, dtype)(op, feats, mask)
+    tower = AudioTower(cfg, dtype)
     embedder = MultimodalEmbedder(
         cfg.output_proj_dims, text_hidden_size, cfg.rms_norm_eps, dtype, "embed_audio"
     )
-    emb = embedder(op, hidden)
-    rows = op.Reshape(op.Cast(emb, to=F32), op.Constant(value_ints=[-1, text_hidden_size]))
-    keep = op.Reshape(out_mask, op.Constant(value_ints=[-1]))
-    out = op.CastLike(op.Compress(rows, keep, axis=0), emb)
-    add_output(op, out, "audio_features", dtype=dtype, shape=("num_audio_tokens", text_hidden_size))
-    add_output(
-        op,
-        op.Cast(out_mask, to=BOOL),
-        "audio_features_mask",
-        dtype="bool",
-        shape=("batch", "audio_frames"),
-    )
-    return finish_model(graph)
+
+    def forward(op, ins):
+        hidden, out_mask = tower(op, ins["input_features"], ins["input_features_mask"])
+        emb = embedder(op, hidden)
+        return {
+            "audio_features": op.CastLike(keep_rows(op, emb, out_mask, text_hidden_size), emb),
+            "audio_features_mask": op.Cast(out_mask, to=BOOL),
+        }
+
+    inputs, outputs = audio_ports(cfg, text_hidden_size, dtype)
+    return build_graph(AUDIO_COMPONENT, inputs, outputs, forward)

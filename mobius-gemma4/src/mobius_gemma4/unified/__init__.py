@@ -11,17 +11,13 @@ from mobius_gemma4.unified.config import (
     MODEL_TYPE,
     UnifiedAudioConfig,
     UnifiedVisionConfig,
-    audio_config_of,
     read_unified_audio_config,
     read_unified_config,
     read_unified_vision_config,
-    vision_config_of,
 )
 from mobius_gemma4.unified.encoders import (
-    audio_ports,
     build_unified_audio_encoder,
     build_unified_vision_encoder,
-    vision_ports,
 )
 from mobius_gemma4.unified.weights import unified_weight_plan
 
@@ -29,14 +25,10 @@ __all__ = [
     "MODEL_TYPE",
     "UnifiedAudioConfig",
     "UnifiedVisionConfig",
-    "audio_config_of",
-    "audio_ports",
     "build_unified_audio_encoder",
     "build_unified_vision_encoder",
     "read_unified_audio_config",
     "read_unified_config",
     "read_unified_vision_config",
     "unified_weight_plan",
-    "vision_config_of",
-    "vision_ports",
 ]

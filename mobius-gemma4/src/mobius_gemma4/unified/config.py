@@ -70,6 +70,13 @@ class UnifiedAudioConfig:
     """Samples per frame = feature width = embedder input (HF aliases ``hidden_size``,
     ``output_proj_dims`` and ``audio_samples_per_token`` to it)."""
     rms_norm_eps: float = 1e-6
+    frame_mask = False
+    """No per-frame mask output: every valid frame is one soft token."""
+
+    @property
+    def frame_width(self) -> int:
+        """Width of one ``input_features`` frame: the samples of a 40-ms frame."""
+        return self.audio_embed_dim
 
 
 def read_unified_vision_config(raw: Mapping[str, Any], where: str) -> UnifiedVisionConfig:
@@ -161,26 +168,15 @@ def read_unified_config(raw: Mapping[str, Any]) -> Gemma4Config:
     ids = read_media_token_ids(raw, where)  # Gemma4UnifiedConfig's ids are Gemma4Config's
     vision = cf.mapping(raw, "vision_config", where)
     audio = cf.mapping(raw, "audio_config", where)
-    # Validate the embedder configs now, so a bad one fails at read time, not mid-build.
-    if vision is not None:
-        read_unified_vision_config(vision, cf.path(where, "vision_config"))
-    if audio is not None:
-        read_unified_audio_config(audio, cf.path(where, "audio_config"))
     return Gemma4Config(
         model_type=MODEL_TYPE,
         text=read_text_config(text, cf.path(where, "text_config")),
-        vision_config=vision,
-        audio_config=audio,
+        vision=None
+        if vision is None
+        else read_unified_vision_config(vision, cf.path(where, "vision_config")),
+        audio=None
+        if audio is None
+        else read_unified_audio_config(audio, cf.path(where, "audio_config")),
         raw=raw,
         **ids,
     )
-
-
-def vision_config_of(config: Gemma4Config) -> UnifiedVisionConfig:
-    """The checked vision embedder config of a unified :class:`Gemma4Config`."""
-    return read_unified_vision_config(config.vision_config or {}, "config.json.vision_config")
-
-
-def audio_config_of(config: Gemma4Config) -> UnifiedAudioConfig:
-    """The checked audio embedder config of a unified :class:`Gemma4Config`."""
-    return read_unified_audio_config(config.audio_config or {}, "config.json.audio_config")

@@ -13,7 +13,7 @@ HWC; ``pixel_position_ids int64 [batch, num_patches, 2]`` = (x, y), (−1, −1)
 
 No pixel rescaling (HF feeds the processor's [0, 1] values to ``patch_ln1`` as they are)
 and no pooling: one soft token per merged patch. The LayerNorms are ``nn.LayerNorm``
-(weight and bias, eps 1e-5) computed in float32. In f16 builds ``patch_dense`` and
+(weight and bias, eps 1e-5) computed in float32 (:class:`mobius.components.LayerNorm`). In f16 builds ``patch_dense`` and
 ``patch_ln2`` run in float32: the Dense output reaches ≈ 77 000 on real images, beyond
 f16's 65 504; ``patch_ln2`` brings it back into range.
 
@@ -30,15 +30,14 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import OpBuilder, nn
 
-from mobius.components import Linear
-from mobius.components.dtypes import ir_dtype
-from mobius.components.graph import add_input, add_output, finish_model, new_graph
+from mobius.components import LayerNorm, Linear, ir_dtype, keep_rows
+from mobius.lm.ports import build_graph
 from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE, BuildOptions
+from mobius_gemma4.ports import audio_ports, vision_ports
 from mobius_gemma4.unified.config import UnifiedAudioConfig, UnifiedVisionConfig
 from mobius_gemma4.vision.layers import F32, MultimodalEmbedder
 
 VISION_COMPONENT, AUDIO_COMPONENT = "vision_encoder", "audio_encoder"
-IMAGE_ROWS, AUDIO_ROWS = "num_image_tokens", "num_audio_tokens"
 
 
 def _f32(op: OpBuilder, x: ir.Value, dtype: str) -> ir.Value:
@@ -49,26 +48,6 @@ def _f32(op: OpBuilder, x: ir.Value, dtype: str) -> ir.Value:
 def _back(op: OpBuilder, x: ir.Value, like: ir.Value, dtype: str) -> ir.Value:
     """A float32 ``x`` back in the build dtype (no node when the build is float32)."""
     return x if dtype == "float32" else op.CastLike(x, like)
-
-
-class LayerNorm(nn.Module):
-    """``nn.LayerNorm``: weight + bias ``[dim]``; statistics and output computed in float32."""
-
-    def __init__(self, dim: int, eps: float, dtype: str) -> None:
-        super().__init__()
-        self.eps, self.dtype = float(eps), dtype
-        self.weight = nn.Parameter([dim], dtype=ir_dtype(dtype))
-        self.bias = nn.Parameter([dim], dtype=ir_dtype(dtype))
-
-    def forward(self, op: OpBuilder, x: ir.Value) -> ir.Value:
-        """Float32 result (callers cast back where HF's tensor would be in the model dtype)."""
-        return op.LayerNormalization(
-            _f32(op, x, self.dtype),
-            _f32(op, self.weight, self.dtype),
-            _f32(op, self.bias, self.dtype),
-            axis=-1,
-            epsilon=self.eps,
-        )
 
 
 class Dense(Linear):
@@ -93,11 +72,11 @@ class VisionEmbedder(nn.Module):
         super().__init__("embed_vision")
         d, eps = cfg.mm_embed_dim, cfg.layer_norm_eps
         self.dtype = dtype
-        self.patch_ln1 = LayerNorm(cfg.patch_dim, eps, dtype)
+        self.patch_ln1 = LayerNorm(cfg.patch_dim, eps, dtype=dtype)
         self.patch_dense = Dense(cfg.patch_dim, d, dtype)
-        self.patch_ln2 = LayerNorm(d, eps, dtype)
+        self.patch_ln2 = LayerNorm(d, eps, dtype=dtype)
         self.pos_embedding = nn.Parameter([cfg.mm_posemb_size, 2, d], dtype=ir_dtype(dtype))
-        self.pos_norm = LayerNorm(d, eps, dtype)
+        self.pos_norm = LayerNorm(d, eps, dtype=dtype)
         self.multimodal_embedder = MultimodalEmbedder(d, text_hidden, cfg.rms_norm_eps, dtype)
 
     def _position(self, op: OpBuilder, coord: ir.Value, axis: int, like: ir.Value) -> ir.Value:
@@ -118,63 +97,41 @@ class VisionEmbedder(nn.Module):
         return self.multimodal_embedder(op, h)
 
 
-def _keep_rows(op: OpBuilder, x: ir.Value, keep: ir.Value, width: int, dtype: str) -> ir.Value:
-    """Rows of ``x [B, N, width]`` where ``keep [B, N]``, flattened batch-major."""
-    rows = op.Reshape(_f32(op, x, dtype), op.Constant(value_ints=[-1, width]))
-    kept = op.Compress(rows, op.Reshape(keep, op.Constant(value_ints=[-1])), axis=0)
-    return _back(op, kept, x, dtype)
-
-
-def vision_ports(cfg: UnifiedVisionConfig, text_hidden: int, dtype: str):
-    """``(inputs, outputs)`` port specs ``(name, dtype, shape)`` of the vision graph."""
-    inputs = [
-        ("pixel_values", dtype, ("batch", "num_patches", cfg.patch_dim)),
-        ("pixel_position_ids", "int64", ("batch", "num_patches", 2)),
-    ]
-    return inputs, [("image_features", dtype, (IMAGE_ROWS, text_hidden))]
-
-
-def audio_ports(cfg: UnifiedAudioConfig, text_hidden: int, dtype: str):
-    """``(inputs, outputs)`` port specs of the audio graph."""
-    inputs = [
-        ("input_features", dtype, ("batch", "time", cfg.audio_embed_dim)),
-        ("input_features_mask", "bool", ("batch", "time")),
-    ]
-    return inputs, [("audio_features", dtype, (AUDIO_ROWS, text_hidden))]
-
-
 def build_unified_vision_encoder(
     cfg: UnifiedVisionConfig, text_hidden: int, options: BuildOptions
 ) -> ir.Model:
-    """The ``vision_encoder`` graph (initializers without data; bind with the weight plan)."""
+    """The ``vision_encoder`` graph (initializers without data; bind with the weight plan);
+    ports :func:`mobius_gemma4.ports.vision_ports`."""
     dtype = PORT_DTYPE_OF_BUILD_DTYPE[options.dtype]
-    graph, _builder, op = new_graph(VISION_COMPONENT)
-    (pv_spec, pos_spec), (out_spec,) = vision_ports(cfg, text_hidden, dtype)
-    pv = add_input(op, *pv_spec)
-    pos = add_input(op, *pos_spec)
-    px = op.Squeeze(op.Slice(pos, [0], [1], [2]), [2])
-    py = op.Squeeze(op.Slice(pos, [1], [2], [2]), [2])
-    minus_one = op.Constant(value_int=-1)
-    keep = op.And(op.Not(op.Equal(px, minus_one)), op.Not(op.Equal(py, minus_one)))
-    feats = VisionEmbedder(cfg, text_hidden, dtype)(op, pv, px, py)
-    out = _keep_rows(op, feats, keep, text_hidden, dtype)
-    add_output(op, out, out_spec[0], dtype=out_spec[1], shape=out_spec[2])
-    return finish_model(graph)
+    embedder = VisionEmbedder(cfg, text_hidden, dtype)
+
+    def forward(op, ins):
+        pos = ins["pixel_position_ids"]
+        px = op.Squeeze(op.Slice(pos, [0], [1], [2]), [2])
+        py = op.Squeeze(op.Slice(pos, [1], [2], [2]), [2])
+        minus_one = op.Constant(value_int=-1)
+        keep = op.And(op.Not(op.Equal(px, minus_one)), op.Not(op.Equal(py, minus_one)))
+        feats = embedder(op, ins["pixel_values"], px, py)
+        return {"image_features": _back(op, keep_rows(op, feats, keep, text_hidden), feats, dtype)}
+
+    inputs, outputs = vision_ports(cfg, text_hidden, dtype)
+    return build_graph(VISION_COMPONENT, inputs, outputs, forward)
 
 
 def build_unified_audio_encoder(
     cfg: UnifiedAudioConfig, text_hidden: int, options: BuildOptions
 ) -> ir.Model:
-    """The ``audio_encoder`` graph (initializers without data; bind with the weight plan)."""
+    """The ``audio_encoder`` graph (initializers without data; bind with the weight plan);
+    ports :func:`mobius_gemma4.ports.audio_ports`."""
     dtype = PORT_DTYPE_OF_BUILD_DTYPE[options.dtype]
-    graph, _builder, op = new_graph(AUDIO_COMPONENT)
-    (x_spec, mask_spec), (out_spec,) = audio_ports(cfg, text_hidden, dtype)
-    x = add_input(op, *x_spec)
-    mask = add_input(op, *mask_spec)
     embedder = MultimodalEmbedder(
         cfg.audio_embed_dim, text_hidden, cfg.rms_norm_eps, dtype, "embed_audio"
     )
-    feats = embedder(op, x)
-    out = _keep_rows(op, feats, mask, text_hidden, dtype)
-    add_output(op, out, out_spec[0], dtype=out_spec[1], shape=out_spec[2])
-    return finish_model(graph)
+
+    def forward(op, ins):
+        feats = embedder(op, ins["input_features"])
+        kept = keep_rows(op, feats, ins["input_features_mask"], text_hidden)
+        return {"audio_features": _back(op, kept, feats, dtype)}
+
+    inputs, outputs = audio_ports(cfg, text_hidden, dtype)
+    return build_graph(AUDIO_COMPONENT, inputs, outputs, forward)

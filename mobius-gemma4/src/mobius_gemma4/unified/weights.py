@@ -58,9 +58,9 @@ def unified_weight_plan(
 ) -> WeightPlan:
     """Plan of ``vision_encoder`` (``model.vision_embedder.*`` + ``model.embed_vision.*``) or
     ``audio_encoder`` (``model.embed_audio.*``)."""
-    if component == "vision_encoder" and config.vision_config is not None:
+    if component == "vision_encoder" and config.vision is not None:
         entries = VISION_ENTRIES
-    elif component == "audio_encoder" and config.audio_config is not None:
+    elif component == "audio_encoder" and config.audio is not None:
         entries = AUDIO_ENTRIES
     else:
         raise WeightPlanError(

@@ -33,6 +33,8 @@ class Gemma4VisionConfig:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 100.0
     hidden_activation: str = "gelu_pytorch_tanh"
+    default_output_length: int | None = None
+    """The checkpoint's per-image soft-token budget, when its vision_config names one."""
 
     @property
     def patch_dim(self) -> int:
@@ -94,6 +96,7 @@ def _read(raw: Mapping[str, Any], where: str, at: str) -> Gemma4VisionConfig:
             rope, "rope_theta", d.rope_theta, cf.path(at, "rope_parameters"), positive=True
         ),
         hidden_activation=cf.string(raw, "hidden_activation", d.hidden_activation, at),
+        default_output_length=cf.optional_int(raw, "default_output_length", at),
     )
     if cfg.head_dim % 4:
         raise ConfigError(

@@ -16,10 +16,10 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import OpBuilder, nn
 
-from mobius.components import RMSNorm
-from mobius.components.dtypes import ir_dtype
-from mobius.components.graph import add_input, add_output, finish_model, new_graph
+from mobius.components import Attention, RMSNorm, ir_dtype, keep_rows
+from mobius.lm.ports import build_graph
 from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE, BuildOptions
+from mobius_gemma4.ports import vision_ports
 from mobius_gemma4.vision.config import Gemma4VisionConfig
 from mobius_gemma4.vision.layers import (
     ACTIVATIONS,
@@ -76,7 +76,9 @@ def _rope_2d(op: OpBuilder, x: ir.Value, cos_sin: tuple[ir.Value, ...]) -> ir.Va
 
 
 class VisionAttention(nn.Module):
-    """Bidirectional attention with q/k norms, weightless v-norm, 2-D RoPE, scale 1.0."""
+    """Bidirectional attention with q/k norms, weightless v-norm, 2-D RoPE, scale 1.0, on
+    the core :class:`mobius.components.Attention` op (grouped KV heads, float32 softmax as
+    HF's eager attention computes it; padding keys masked out)."""
 
     def __init__(self, cfg: Gemma4VisionConfig, dtype: str) -> None:
         super().__init__()
@@ -90,40 +92,22 @@ class VisionAttention(nn.Module):
         self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, dtype=dtype)
         self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, dtype=dtype)
         self.v_norm = RMSNorm(hd, cfg.rms_norm_eps, with_weight=False, dtype=dtype)
+        self.core = Attention(nh, kvh, hd, scale=1.0, softmax_float32=True)
 
-    def _heads(self, op, x, n):
-        return op.Reshape(x, op.Constant(value_ints=[0, 0, n, self.cfg.head_dim]))
+    def _heads(self, op, x, n, norm, cos_sin=None):
+        """``[B, N, n·hd]`` → per-head norm (and 2-D RoPE) → ``[B, N, n·hd]``."""
+        x = norm(op, op.Reshape(x, op.Constant(value_ints=[0, 0, n, self.cfg.head_dim])))
+        if cos_sin is not None:
+            x = _rope_2d(op, x, cos_sin)
+        return op.Reshape(x, op.Constant(value_ints=[0, 0, -1]))
 
-    def _repeat_kv(self, op, x):
-        rep = self.cfg.num_attention_heads // self.cfg.num_key_value_heads
-        if rep == 1:
-            return x
-        kvh, hd = self.cfg.num_key_value_heads, self.cfg.head_dim
-        x = op.Unsqueeze(x, [2])  # [B, kvh, 1, N, hd]
-        shape = op.Shape(x)
-        target = op.Concat(
-            op.Slice(shape, [0], [2]),
-            op.Constant(value_ints=[rep]),
-            op.Slice(shape, [3], [5]),
-            axis=0,
-        )
-        x = op.Expand(x, target)
-        return op.Reshape(x, op.Constant(value_ints=[0, kvh * rep, -1, hd]))
-
-    def forward(self, op, x, cos_sin, key_bias):
+    def forward(self, op, x, cos_sin, keep):
         cfg = self.cfg
-        q = self.q_norm(op, self._heads(op, self.q_proj(op, x), cfg.num_attention_heads))
-        k = self.k_norm(op, self._heads(op, self.k_proj(op, x), cfg.num_key_value_heads))
-        v = self.v_norm(op, self._heads(op, self.v_proj(op, x), cfg.num_key_value_heads))
-        q = op.Transpose(_rope_2d(op, q, cos_sin), perm=[0, 2, 1, 3])
-        k = self._repeat_kv(op, op.Transpose(_rope_2d(op, k, cos_sin), perm=[0, 2, 1, 3]))
-        v = self._repeat_kv(op, op.Transpose(v, perm=[0, 2, 1, 3]))
-        scores = op.Add(op.MatMul(q, op.Transpose(k, perm=[0, 1, 3, 2])), op.CastLike(key_bias, q))
-        probs = op.CastLike(op.Softmax(op.Cast(scores, to=F32), axis=-1), q)
-        out = op.Transpose(op.MatMul(probs, v), perm=[0, 2, 1, 3])
-        out = op.Reshape(
-            out, op.Constant(value_ints=[0, 0, cfg.num_attention_heads * cfg.head_dim])
-        )
+        nh, kvh = cfg.num_attention_heads, cfg.num_key_value_heads
+        q = self._heads(op, self.q_proj(op, x), nh, self.q_norm, cos_sin)
+        k = self._heads(op, self.k_proj(op, x), kvh, self.k_norm, cos_sin)
+        v = self._heads(op, self.v_proj(op, x), kvh, self.v_norm)
+        out, _, _ = self.core(op, q, k, v, keep)
         return self.o_proj(op, out)
 
 
@@ -155,8 +139,8 @@ class VisionLayer(nn.Module):
         self.pre_feedforward_layernorm = RMSNorm(h, eps, dtype=dtype)
         self.post_feedforward_layernorm = RMSNorm(h, eps, dtype=dtype)
 
-    def forward(self, op, x, cos_sin, key_bias):
-        a = self.self_attn(op, self.input_layernorm(op, x), cos_sin, key_bias)
+    def forward(self, op, x, cos_sin, keep):
+        a = self.self_attn(op, self.input_layernorm(op, x), cos_sin, keep)
         x = op.Add(x, self.post_attention_layernorm(op, a))
         m = self.mlp(op, self.pre_feedforward_layernorm(op, x))
         return op.Add(x, self.post_feedforward_layernorm(op, m))
@@ -169,9 +153,9 @@ class VisionEncoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList([VisionLayer(cfg, dtype) for _ in range(cfg.num_hidden_layers)])
 
-    def forward(self, op, x, cos_sin, key_bias):
+    def forward(self, op, x, cos_sin, keep):
         for layer in self.layers:
-            x = layer(op, x, cos_sin, key_bias)
+            x = layer(op, x, cos_sin, keep)
         return x
 
 
@@ -207,15 +191,14 @@ class VisionTower(nn.Module):
         pad = op.And(op.Equal(px, minus_one), op.Equal(py, minus_one))  # [B, N]
         h = self.patch_embedder(op, pv, px, py, pad)
         cos_sin = self._rope_tables(op, px, py, h)
-        # Key-padding bias [B, 1, 1, N]: 0 for real patches, f32 lowest for padding (HF eager).
-        lowest = op.Constant(value_float=(-3.4028234663852886e38))
-        key_bias = op.Where(op.Unsqueeze(pad, [1, 2]), lowest, op.Constant(value_float=0.0))
-        h = self.encoder(op, h, cos_sin, key_bias)
+        # [B, 1, N, N]: every query sees the real patches (onnxruntime's Attention wants
+        # the mask's query axis spelled out, no broadcast there)
+        n = op.Shape(pad, start=1, end=2)
+        mask_shape = op.Concat(op.Shape(pad, start=0, end=1), [1], n, n, axis=0)
+        keep = op.Expand(op.Unsqueeze(op.Not(pad), [1, 2]), mask_shape)
+        h = self.encoder(op, h, cos_sin, keep)
         pooled, valid = self._pool(op, h, px, py, pad)
-        d = cfg.hidden_size
-        rows = op.Reshape(pooled, op.Constant(value_ints=[-1, d]))  # f32 [B·L, D]
-        keep = op.Reshape(valid, op.Constant(value_ints=[-1]))
-        feats = op.Compress(rows, keep, axis=0)
+        feats = keep_rows(op, pooled, valid, cfg.hidden_size)  # f32 [rows, D]
         if cfg.standardize:
             feats = op.Mul(
                 op.Sub(feats, op.Cast(self.std_bias, to=F32)), op.Cast(self.std_scale, to=F32)
@@ -252,21 +235,20 @@ def build_vision_encoder(
 ) -> ir.Model:
     """Build the ``vision_encoder`` graph (initializers without data; bind with the weight plan).
 
-    Ports: ``pixel_values [batch, num_patches, 3·p²]`` and ``pixel_position_ids``
-    ``int64 [batch, num_patches, 2]`` in; ``image_features [num_image_tokens, H]`` out,
-    all float ports at the build dtype. ``num_patches`` must be a multiple of
-    ``pooling_kernel_size²`` (the processor pads to ``max_soft_tokens · k²``).
+    Ports (:func:`mobius_gemma4.ports.vision_ports`): ``pixel_values [batch, num_patches,
+    3·p²]`` and ``pixel_position_ids int64 [batch, num_patches, 2]`` in; ``image_features
+    [num_image_tokens, H]`` out, float ports at the build dtype. ``num_patches`` must be a
+    multiple of ``pooling_kernel_size²`` (the processor pads to ``max_soft_tokens · k²``).
     """
     dtype = PORT_DTYPE_OF_BUILD_DTYPE[options.dtype]
-    graph, _builder, op = new_graph(VISION_COMPONENT)
-    pv = add_input(op, "pixel_values", dtype, ("batch", "num_patches", cfg.patch_dim))
-    pos = add_input(op, "pixel_position_ids", "int64", ("batch", "num_patches", 2))
     tower = VisionTower(cfg, dtype)
     embedder = MultimodalEmbedder(
         cfg.hidden_size, text_hidden_size, cfg.rms_norm_eps, dtype, "embed_vision"
     )
-    feats = embedder(op, tower(op, pv, pos))
-    add_output(
-        op, feats, "image_features", dtype=dtype, shape=("num_image_tokens", text_hidden_size)
-    )
-    return finish_model(graph)
+
+    def forward(op, ins):
+        feats = tower(op, ins["pixel_values"], ins["pixel_position_ids"])
+        return {"image_features": embedder(op, feats)}
+
+    inputs, outputs = vision_ports(cfg, text_hidden_size, dtype)
+    return build_graph(VISION_COMPONENT, inputs, outputs, forward)

@@ -5,40 +5,29 @@ RGB decode → aspect-preserving resize to the patch budget (sides multiples of
 model applies ``2·(p − 0.5)``) → channels-last patchify → (x, y) positions →
 padding to ``max_soft_tokens · k²`` patches with zero pixels and (−1, −1).
 
-Resizing uses Pillow's bicubic filter on the 8-bit image, exactly what HF's PIL
-backend does, so patches match it bit for bit; HF's default torchvision backend
-resizes in float with its own antialias kernel and differs by a few 1/255 steps.
-Pillow is imported only when an image actually needs decoding or resizing.
-
-Images are untrusted input: a path must be a regular file (:func:`mobius.media.read_media_file`
-refuses pipes and devices), an image over :data:`MAX_IMAGE_PIXELS` is refused before it is
-decoded or copied (a decompression bomb, or a huge array through the API), a corrupt or
-truncated file is a :class:`~mobius.errors.MediaError` naming it, and an image whose patch
-grid is wider or taller than the vision position table is refused (HF's processor makes
-the same positions; its model then fails with an index error).
+Decoding (refusals of hostile input included) and the resize to the patch budget are
+core's :mod:`mobius.images`: Pillow's bicubic filter on the 8-bit image, exactly what HF's
+PIL backend does, so patches match it bit for bit; HF's default torchvision backend
+resizes in float with its own antialias kernel and differs by a few 1/255 steps. An
+image whose patch grid is wider or taller than the vision position table is refused
+here (HF's processor makes the same positions; its model then fails with an index
+error).
 """
 
 from __future__ import annotations
 
-import io
-import math
-import warnings
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mobius.errors import MediaError, MobiusError
-from mobius.media import read_media_file
+from mobius.images import MAX_IMAGE_PIXELS, load_rgb, resize_to_budget
 
 SUPPORTED_SOFT_TOKENS = (70, 140, 280, 560, 1120)
 """``max_soft_tokens`` values Gemma 4 was trained with (HF refuses others)."""
 WHERE = "Gemma 4 image processor"
-MAX_IMAGE_PIXELS = 1024 * 1024 * 1024 // 4 // 3
-"""Largest image taken (89,478,485 pixels, Pillow's decompression-bomb threshold)."""
 
 
 @dataclass(frozen=True)
@@ -50,113 +39,6 @@ class ImageBatch:
     num_soft_tokens: tuple[int, ...]  # per image; sum = rows of image_features
 
 
-def target_size(
-    height: int, width: int, *, patch_size: int, max_patches: int, pooling_kernel_size: int
-) -> tuple[int, int]:
-    """Largest aspect-preserving ``(h, w)`` within ``max_patches`` with sides multiple of k·p."""
-    target_px = max_patches * patch_size**2
-    factor = math.sqrt(target_px / (height * width))
-    side = pooling_kernel_size * patch_size
-    th = math.floor(factor * height / side) * side
-    tw = math.floor(factor * width / side) * side
-    if th == 0 and tw == 0:
-        raise MobiusError(
-            f"image of {height}x{width} pixels cannot be resized to a non-empty patch grid",
-            where="Gemma 4 image processor",
-            fix="pass a larger image",
-        )
-    max_side = (max_patches // pooling_kernel_size**2) * side
-    if th == 0:  # very wide: one row of pooled cells, as long as the aspect allows
-        th, tw = side, min(math.floor(width / height) * side, max_side)
-    elif tw == 0:  # very tall
-        tw, th = side, min(math.floor(height / width) * side, max_side)
-    return th, tw
-
-
-def _check_pixels(height: int, width: int, where: str) -> None:
-    if height * width > MAX_IMAGE_PIXELS:
-        raise MediaError(
-            f"image of {width}x{height} pixels ({height * width:,}) is over the limit of "
-            f"{MAX_IMAGE_PIXELS:,} pixels",
-            where=where,
-            fix="pass a smaller image (the model resizes every image to a few thousand patches)",
-        )
-
-
-def _decode(data: bytes, where: str) -> np.ndarray:
-    """Encoded image bytes → ``uint8 [H, W, 3]``; every decoder failure is a MediaError."""
-    from PIL import Image
-
-    buffer = io.BytesIO(data)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            pil = Image.open(buffer)
-            _check_pixels(pil.height, pil.width, where)
-            return np.asarray(pil.convert("RGB"), dtype=np.uint8)
-    except MediaError:
-        raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        raise MediaError(
-            f"image is too large to decode safely: {e}",
-            where=where,
-            fix="pass a smaller image",
-        ) from e
-    except (OSError, SyntaxError, ValueError, EOFError, zlib.error) as e:
-        # Pillow names the buffer it read ("<_io.BytesIO object at 0x…>"): name the input
-        raise MediaError(
-            f"cannot decode image: {str(e).replace(repr(buffer), where)}",
-            where=where,
-            fix="pass an intact image file (PNG, JPEG, …)",
-        ) from e
-
-
-def load_rgb(image: Any) -> np.ndarray:
-    """Decode ``image`` to a ``uint8 [H, W, 3]`` RGB array.
-
-    Accepts a path, encoded bytes, a PIL image, or an ``[H, W]`` / ``[H, W, 3|4]``
-    uint8 array (alpha dropped, grey replicated).
-    """
-    if isinstance(image, np.ndarray):
-        arr = image
-        if arr.dtype != np.uint8:
-            raise MobiusError(
-                f"image array has dtype {arr.dtype}, expected uint8",
-                where="Gemma 4 image processor",
-                fix="pass 8-bit RGB pixels (HWC) or an image file",
-            )
-        if arr.ndim == 2:
-            _check_pixels(arr.shape[0], arr.shape[1], "image array")
-            arr = np.repeat(arr[:, :, None], 3, axis=2)
-        if arr.ndim != 3 or arr.shape[2] not in (3, 4):
-            raise MobiusError(
-                f"image array has shape {arr.shape}, expected [H, W, 3]",
-                where="Gemma 4 image processor",
-                fix="pass channels-last RGB pixels",
-            )
-        _check_pixels(arr.shape[0], arr.shape[1], "image array")
-        return np.ascontiguousarray(arr[:, :, :3])
-    if isinstance(image, (str, Path)):
-        return _decode(read_media_file(image, "image"), str(image))
-    if isinstance(image, (bytes, bytearray)):
-        return _decode(bytes(image), "image bytes")
-    from PIL import Image
-
-    if isinstance(image, Image.Image):
-        _check_pixels(image.height, image.width, "PIL image")
-        try:
-            return np.asarray(image.convert("RGB"), dtype=np.uint8)
-        except (OSError, SyntaxError, ValueError, EOFError, zlib.error) as e:
-            raise MediaError(
-                f"cannot decode image: {e}", where="PIL image", fix="pass an intact image"
-            ) from e
-    raise MobiusError(
-        f"cannot use a {type(image).__name__} as an image",
-        where="Gemma 4 image processor",
-        fix="pass a path, bytes, a PIL image or a uint8 array",
-    )
-
-
 def check_positions(n_cols: int, n_rows: int, table: int | None, what: str, where: str) -> None:
     """Refuse a patch grid whose x or y position has no row in the model's position table."""
     if table is not None and max(n_cols, n_rows) > table:
@@ -166,31 +48,6 @@ def check_positions(n_cols: int, n_rows: int, table: int | None, what: str, wher
             where=where,
             fix=f"pass an image whose long side is at most {table} times its short side",
         )
-
-
-def _resize(rgb: np.ndarray, height: int, width: int) -> np.ndarray:
-    from PIL import Image
-
-    pil = Image.fromarray(rgb, mode="RGB")
-    return np.asarray(pil.resize((width, height), resample=Image.BICUBIC, reducing_gap=None))
-
-
-def resize_to_budget(
-    rgb: np.ndarray, *, patch_size: int, max_patches: int, pooling_kernel_size: int
-) -> np.ndarray:
-    """``rgb`` resized (bicubic, 8-bit) to its :func:`target_size`; unchanged when already there.
-
-    Shared by the ``gemma4`` and ``gemma4_unified`` processors: both use this budget.
-    """
-    h, w = rgb.shape[:2]
-    th, tw = target_size(
-        h,
-        w,
-        patch_size=patch_size,
-        max_patches=max_patches,
-        pooling_kernel_size=pooling_kernel_size,
-    )
-    return rgb if (th, tw) == (h, w) else _resize(rgb, th, tw)
 
 
 def patch_grid(rgb: np.ndarray, side: int, rows: int) -> tuple[np.ndarray, np.ndarray, int]:

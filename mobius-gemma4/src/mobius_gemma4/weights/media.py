@@ -14,16 +14,14 @@ from mobius_gemma4.config import Gemma4Config
 
 
 def media_weight_plan(config: Gemma4Config, component: str, options: BuildOptions) -> WeightPlan:
-    if component == "vision_encoder" and config.vision_config is not None:
-        from mobius_gemma4.vision import read_vision_config, vision_weight_plan
+    if component == "vision_encoder" and config.vision is not None:
+        from mobius_gemma4.vision import vision_weight_plan
 
-        vc = read_vision_config(config.vision_config, where="config.json: vision_config")
-        return vision_weight_plan(vc, options)
-    if component == "audio_encoder" and config.audio_config is not None:
-        from mobius_gemma4.audio import audio_weight_plan, read_audio_config
+        return vision_weight_plan(config.vision, options)
+    if component == "audio_encoder" and config.audio is not None:
+        from mobius_gemma4.audio import audio_weight_plan
 
-        ac = read_audio_config(config.audio_config, where="config.json: audio_config")
-        return audio_weight_plan(ac, options)
+        return audio_weight_plan(config.audio, options)
     raise WeightPlanError(
         f"no weight plan for {component!r}: config.json has no matching tower config",
         where="mobius_gemma4.weights.media",
