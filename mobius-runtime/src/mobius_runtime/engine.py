@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from mobius_runtime.batching import Batcher, Cohort
-from mobius_runtime.decoding import Decoding, FinishReason
+from mobius_runtime.decoding import Decoding, FinishReason, TokenLogprob
 from mobius_runtime.errors import RequestError
 from mobius_runtime.sampling import SamplingParams
 
@@ -62,6 +62,7 @@ class Finished:
     completion_tokens: int
     ttft_ms: float
     tokens_per_s: float
+    logprobs: list[TokenLogprob] | None = None  # one per id, when the request asked
 
 
 @dataclass(eq=False)
@@ -129,7 +130,13 @@ class Engine:
         request = Request(
             id=request_id or f"req-{next(self._ids)}",
             caller=caller,
-            row=Decoding(sampling, self.pipeline.text, self.stops, self.context),
+            row=Decoding(
+                sampling,
+                self.pipeline.text,
+                self.stops,
+                self.context,
+                prompt=np.asarray(caller["input_ids"])[0].tolist(),
+            ),
             sink=sink,
             prompt_tokens=prompt,
             submitted=time.perf_counter(),
@@ -291,7 +298,8 @@ class Engine:
         n = len(row.ids)
         ttft = ((request.first or now) - request.submitted) * 1000.0
         rate = (n - 1) / (now - request.first) if request.first and n > 1 else 0.0
-        finished = Finished(text, reason, request.prompt_tokens, n, ttft, rate)
+        logprobs = None if request.sampling.logprobs is None else row.logprobs
+        finished = Finished(text, reason, request.prompt_tokens, n, ttft, rate, logprobs)
         request.first = None  # marks it done: its row leaves the cohort
         self.finished[reason] += 1
         log.info(

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mobius_runtime.decoding import Decoding, FinishReason
+from mobius_runtime.decoding import Decoding, FinishReason, TokenLogprob
 from mobius_runtime.errors import RequestError
 from mobius_runtime.executor import Executor
 from mobius_runtime.feeds import to_numpy
@@ -50,6 +50,7 @@ class GenerationResult:
     decode_ms: float
     stop_reason: FinishReason  # a str: "stop_id", "stop_string", "max_new_tokens", …
     timings: dict[str, float] = field(default_factory=dict)
+    logprobs: list[TokenLogprob] | None = None  # one per id, when SamplingParams.logprobs is set
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -555,6 +556,7 @@ class Pipeline:
             self.context_length,
             sampler,
             live=on_token is not None,
+            prompt=ids[0].tolist(),
         )
         logits_key = self.plan.logits
         executor = self.executor
@@ -586,6 +588,7 @@ class Pipeline:
             prefill_ms=prefill_ms,
             decode_ms=decode_ms,
             stop_reason=row.reason,
+            logprobs=None if params.logprobs is None else row.logprobs,
         )
         return result, (state, past)
 
