@@ -24,9 +24,16 @@ the server-sent events; ``--client-threads`` runs them as threads of the benchma
 process instead (the old way), ``--both-client-modes`` runs both against the same
 server (rows ``<package>/proc`` and ``<package>/thr``).
 
+With ``--constrained``, rows ``<package>/free``, ``/json`` and ``/mix`` run the engine
+workload with no constraint, with every request constrained to one JSON object
+(``response_format: {"type": "json_object"}``: llguidance's mask applied to its row each
+token), and with every other request constrained: constrained vs free decoding tok/s,
+and what constrained rows cost the free rows beside them.
+
 Usage: python benchmarks/serve.py [--which tiny mid] [--clients 1 4 8] [--requests 8]
                                   [--new 64] [--runs 1] [--threads 2] [--max-batch 8]
-                                  [--engine] [--client-threads | --both-client-modes]
+                                  [--engine] [--constrained]
+                                  [--client-threads | --both-client-modes]
 Goal (not asserted): 8 clients >= 3x the aggregate tokens/s of one client on CPU.
 """
 
@@ -229,15 +236,37 @@ def _run_threads(target: Any, n: int) -> float:
 
 
 def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: int,
-                   threads: int, max_batch: int) -> dict[str, float]:  # fmt: skip
-    """The same workload through ``Engine`` in this process: no HTTP, no JSON, no client."""
+                   threads: int, max_batch: int, constrain: str = "none") -> dict[str, float]:  # fmt: skip
+    """The same workload through ``Engine`` in this process: no HTTP, no JSON, no client.
+
+    ``constrain``: ``none``, ``all`` (every request one JSON object) or ``half``.
+    """
     from mobius_runtime import Pipeline
     from mobius_runtime.engine import Engine
+    from mobius_runtime.sampling import SamplingParams
 
     global _PIPELINE
     if _PIPELINE is None or _PIPELINE[0] != package:
         _PIPELINE = (package, Pipeline.load(package, device="cpu", threads=threads))
     engine = Engine(_PIPELINE[1], max_batch=max_batch, max_queue=len(prompts))
+    constraint = None
+    if constrain != "none":
+        from mobius_runtime.constrained import Constraint
+        from mobius_runtime.requests import vocab_size
+
+        pipeline = _PIPELINE[1]
+        constraint = Constraint.json_object(
+            pipeline.text, vocab_size(pipeline.manifest), engine.stops
+        )
+    samplings = [
+        SamplingParams(
+            max_tokens=new,
+            constraint=constraint
+            if constrain == "all" or (constrain == "half" and i % 2)
+            else None,
+        )
+        for i in range(len(prompts))
+    ]
     engine.start()
     results: list[dict[str, float]] = []
     lock = threading.Lock()
@@ -249,7 +278,7 @@ def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: i
                 if not todo:
                     return
                 i = todo.pop(0)
-            out = _engine_request(engine, prompts[i], new)
+            out = _engine_request(engine, prompts[i], samplings[i])
             with lock:
                 results.append(out)
 
@@ -261,9 +290,7 @@ def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: i
 _PIPELINE: tuple[Path, Any] | None = None
 
 
-def _engine_request(engine: Any, prompt: list[int], new: int) -> dict[str, float]:
-    from mobius_runtime.sampling import SamplingParams
-
+def _engine_request(engine: Any, prompt: list[int], sampling: Any) -> dict[str, float]:
     done = threading.Event()
     times: list[float] = []
     box: dict[str, Any] = {}
@@ -275,7 +302,7 @@ def _engine_request(engine: Any, prompt: list[int], new: int) -> dict[str, float
             box[kind] = data
             done.set()
 
-    engine.submit({"input_ids": np.asarray([prompt])}, SamplingParams(max_tokens=new), sink)
+    engine.submit({"input_ids": np.asarray([prompt])}, sampling, sink)
     done.wait()
     if "done" not in box:
         raise RuntimeError(f"a request failed: {box}")
@@ -321,6 +348,12 @@ def main() -> None:
         "batching without HTTP, JSON and client costs",
     )
     ap.add_argument(
+        "--constrained",
+        action="store_true",
+        help="also run the engine workload free, constrained to JSON, and half constrained "
+        "(rows <package>/free, /json, /mix)",
+    )
+    ap.add_argument(
         "--client-threads",
         action="store_true",
         help="run the HTTP clients as threads of this process (the old way: they share one "
@@ -353,6 +386,13 @@ def main() -> None:
                 max_batch=args.max_batch,
             )  # fmt: skip
             _rows(f"{which}/eng", args, lambda c, run=engine_row: run(clients=c))
+        if args.constrained:
+            for label, mode in (("free", "none"), ("json", "all"), ("mix", "half")):
+                row = functools.partial(
+                    run_engine_row, package, prompts, new=args.new, threads=args.threads,
+                    max_batch=args.max_batch, constrain=mode,
+                )  # fmt: skip
+                _rows(f"{which}/{label}", args, lambda c, run=row: run(clients=c))
         proc, url = start_server(package, args.threads, args.max_batch)
         try:
             import httpx

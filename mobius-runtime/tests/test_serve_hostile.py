@@ -118,7 +118,6 @@ def test_an_unexpected_exception_is_a_500_error_object(server, healthy, monkeypa
     [
         ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
         ("tool_choice", "required"),
-        ("response_format", {"type": "json_object"}),
         ("logprobs", True),
         ("top_logprobs", 3),
     ],

@@ -32,8 +32,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from mobius.errors import MobiusError
+from mobius_runtime.constrained import Constraint
 from mobius_runtime.decoding import FinishReason
 from mobius_runtime.engine import Engine, EngineStopped, Finished, QueueFull
+from mobius_runtime.requests import vocab_size
 from mobius_runtime.sampling import SamplingParams
 from mobius_runtime.serve import errors, media
 from mobius_runtime.serve.errors import ApiError
@@ -251,6 +253,36 @@ def _prompt_inputs(settings: Settings, prompt: str | list[int]) -> dict[str, Any
     return {**caller, "input_ids": ids}
 
 
+def _constraint(settings: Settings, body: Any) -> Constraint | None:
+    """The grammar ``response_format`` asks for (compiled here, off the event loop), or None.
+
+    ``json_schema`` with ``strict: true`` refuses schema keywords the grammar compiler does
+    not implement; otherwise they are ignored (the output still parses and follows every
+    keyword that is implemented).
+    """
+    form = body.response_format
+    if form is None or form.type == "text":
+        return None
+    pipeline = settings.pipeline
+    package = (pipeline.text, vocab_size(pipeline.manifest), settings.engine.stops)
+    try:
+        if form.type == "json_object":
+            return Constraint.json_object(*package)
+        if form.json_schema is None:
+            raise ApiError(
+                400,
+                'response_format of type "json_schema" needs a json_schema object '
+                '({"name": ..., "schema": {...}})',
+                "response_format.json_schema",
+            )
+        schema = dict(form.json_schema.schema_)
+        if not form.json_schema.strict:
+            schema.setdefault("x-guidance", {"lenient": True})
+        return Constraint.json_schema(schema, *package, where="response_format.json_schema")
+    except MobiusError as exc:
+        raise ApiError(400, exc.what + (f" ({exc.fix})" if exc.fix else ""), exc.where) from None
+
+
 # ---------------------------------------------------------------------- answers
 
 
@@ -262,12 +294,19 @@ async def _answer(
     if limit is None:  # KV buffers are sized by the limit: a bounded default
         context = settings.pipeline.context_length
         limit = DEFAULT_MAX_TOKENS if context is None else min(DEFAULT_MAX_TOKENS, context - prompt)
+    constraint = await run_in_threadpool(_constraint, settings, body)
     sampling = SamplingParams(
         max_tokens=int(limit),
         temperature=body.temperature,
         top_p=body.top_p,
+        top_k=body.top_k,
+        min_p=body.min_p,
+        repetition_penalty=body.repetition_penalty,
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
         seed=body.seed,
         stop=body.stops(),
+        constraint=constraint,
     )
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -343,6 +382,7 @@ OPENAI_FINISH = {
     FinishReason.STOP_STRING: "stop",
     FinishReason.MAX_TOKENS: "length",
     FinishReason.CONTEXT: "length",
+    FinishReason.GRAMMAR: "stop",
 }
 
 

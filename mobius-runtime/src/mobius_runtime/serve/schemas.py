@@ -1,12 +1,13 @@
 """The request bodies of the OpenAI endpoints, as pydantic models.
 
 Unknown fields are ignored, as OpenAI's API does; a wrong type or range is an HTTP 400
-with OpenAI's error object (see :mod:`mobius_runtime.serve.errors`). Only what the
-runtime can honour is accepted: ``n`` must be 1; ``temperature`` 0 means greedy. Fields
-of OpenAI's API that the runtime does not implement yet (``tools``, ``tool_choice``,
-``response_format``, ``logprobs``, ``top_logprobs``) are refused with a 400 naming the
-field when they ask for something (``null``, ``false``, ``[]``, ``tool_choice: "none"``
-and ``response_format: {"type": "text"}`` ask for nothing and are accepted).
+with OpenAI's error object (see :mod:`mobius_runtime.serve.errors`). ``temperature`` 0
+means greedy. Beside OpenAI's fields the sampling extras vLLM and llama.cpp's server
+take are accepted: ``top_k``, ``min_p``, ``repetition_penalty``. ``response_format``
+(``json_object`` / ``json_schema``) constrains the output (:mod:`mobius_runtime.constrained`).
+Fields of OpenAI's API that the runtime does not implement yet are refused with a 400
+naming the field when they ask for something (``null``, ``false``, ``[]`` and
+``tool_choice: "none"`` ask for nothing and are accepted).
 """
 
 from __future__ import annotations
@@ -60,12 +61,31 @@ class StreamOptions(_Body):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(_Body):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    name: str = Field(max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
 class _Sampling(_Body):
     model: str
     stream: bool = False
     stream_options: StreamOptions | None = None
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=1e6)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     seed: int | None = Field(None, ge=0)
     max_tokens: int | None = Field(None, ge=1)
     stop: str | Annotated[list[str], Field(max_length=MAX_STOPS)] | None = None
@@ -74,7 +94,7 @@ class _Sampling(_Body):
     # OpenAI fields not implemented yet: taken only to refuse them (see check_supported)
     tools: Any = None
     tool_choice: Any = None
-    response_format: Any = None
+    response_format: ResponseFormat | None = None
     logprobs: Any = None
     top_logprobs: Any = None
 
@@ -83,7 +103,6 @@ class _Sampling(_Body):
         asks = {
             "tools": bool(self.tools),
             "tool_choice": self.tool_choice not in (None, "none"),
-            "response_format": self.response_format not in (None, {"type": "text"}),
             "logprobs": self.logprobs not in (None, False, 0),
             "top_logprobs": self.top_logprobs not in (None, 0),
         }
