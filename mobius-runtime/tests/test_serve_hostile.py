@@ -116,8 +116,6 @@ def test_an_unexpected_exception_is_a_500_error_object(server, healthy, monkeypa
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
-        ("tool_choice", "required"),
         ("logprobs", True),
         ("top_logprobs", 3),
     ],

@@ -23,6 +23,7 @@ import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,14 +33,21 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from mobius.errors import MobiusError
+from mobius_runtime import tools
 from mobius_runtime.constrained import Constraint
 from mobius_runtime.decoding import FinishReason
 from mobius_runtime.engine import Engine, EngineStopped, Finished, QueueFull
-from mobius_runtime.requests import vocab_size
+from mobius_runtime.requests import check_ids, vocab_size
 from mobius_runtime.sampling import SamplingParams
 from mobius_runtime.serve import errors, media
 from mobius_runtime.serve.errors import ApiError
-from mobius_runtime.serve.schemas import ChatRequest, CompletionRequest, Message
+from mobius_runtime.serve.schemas import (
+    ChatRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    Message,
+    TokenizeRequest,
+)
 
 DISCONNECT_POLL_S = 0.25  # how often a whole-answer request checks that its client is there
 DEFAULT_MAX_TOKENS = 2048  # a chat request without max_tokens (at most the rest of the context)
@@ -118,9 +126,11 @@ def create_app(settings: Settings) -> FastAPI:
         _check_model(settings, body.model)
         body.check_supported()
         messages, has_media = await _hf_messages(settings, body.messages)
+        tools = body.tool_list()
         async with settings.media.decodes if has_media else contextlib.nullcontext():
-            caller = await run_in_threadpool(_prepare, _chat_inputs, settings, messages)
-        return await _answer(settings, request, body, caller, chat=True)
+            caller = await run_in_threadpool(_prepare, _chat_inputs, settings, (messages, tools))
+        tooling = _tooling(settings, body) if tools else None
+        return await _answer(settings, request, body, caller, chat=True, tooling=tooling)
 
     @app.post("/v1/completions", dependencies=[Depends(authorized)])
     async def completions(body: CompletionRequest, request: Request) -> Any:
@@ -128,6 +138,33 @@ def create_app(settings: Settings) -> FastAPI:
         body.check_supported()
         caller = await run_in_threadpool(_prepare, _prompt_inputs, settings, body.prompt)
         return await _answer(settings, request, body, caller, chat=False)
+
+    @app.post("/tokenize", dependencies=[Depends(authorized)])
+    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
+        """A prompt's ids: ``prompt`` verbatim, or ``messages`` (and ``tools``) through the
+        chat template, exactly the ids the completion endpoints would feed."""
+        _check_model(settings, body.model)
+        if (body.prompt is None) == (body.messages is None):
+            raise ApiError(400, "give exactly one of prompt or messages", "prompt")
+        if body.messages is not None:
+            messages, has_media = await _hf_messages(settings, body.messages)
+            tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+            async with settings.media.decodes if has_media else contextlib.nullcontext():
+                caller = await run_in_threadpool(
+                    _prepare, _chat_inputs, settings, (messages, tools)
+                )
+        else:
+            caller = await run_in_threadpool(_prepare, _prompt_inputs, settings, body.prompt)
+        ids = np.asarray(caller["input_ids"])[0].tolist()
+        context = settings.pipeline.context_length
+        return {"tokens": ids, "count": len(ids), "max_model_len": context}
+
+    @app.post("/detokenize", dependencies=[Depends(authorized)])
+    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
+        """The text of ``tokens`` (ids checked against the vocabulary; special tokens skipped)."""
+        _check_model(settings, body.model)
+        text = await run_in_threadpool(_prepare, _detokenize, settings, body.tokens)
+        return {"prompt": text}
 
     return app
 
@@ -220,8 +257,9 @@ async def _hf_messages(
     for i, message in enumerate(messages):
         role = "system" if message.role == "developer" else message.role
         content = message.content
+        extra = _tool_fields(message)
         if content is None or isinstance(content, str):
-            out.append({"role": role, "content": content or ""})
+            out.append({"role": role, "content": content or "", **extra})
             continue
         parts: list[dict[str, Any]] = []
         for j, part in enumerate(content):
@@ -238,12 +276,65 @@ async def _hf_messages(
                 data = media.decode_base64(part.input_audio.data, param + ".input_audio.data")
                 parts.append({"type": "audio", "audio": data})
                 has_media = True
-        out.append({"role": role, "content": parts})
+        out.append({"role": role, "content": parts, **extra})
     return out, has_media
 
 
-def _chat_inputs(settings: Settings, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    return settings.pipeline.encode_messages(messages, settings.literal_special)
+def _tool_fields(message: Message) -> dict[str, Any]:
+    """A message's tool fields as HF's templates read them: an assistant's ``tool_calls``
+    with ``arguments`` parsed to a dict (HF's convention; text that is not a JSON object
+    stays text), a tool message's ``tool_call_id`` and ``name``."""
+    out: dict[str, Any] = {}
+    if message.tool_calls:
+        calls = []
+        for call in message.tool_calls:
+            try:
+                arguments: Any = json.loads(call.function.arguments)
+            except ValueError:
+                arguments = call.function.arguments
+            function = {"name": call.function.name, "arguments": arguments}
+            calls.append({"id": call.id, "type": "function", "function": function})
+        out["tool_calls"] = calls
+    for key in ("tool_call_id", "name"):
+        if getattr(message, key) is not None:
+            out[key] = getattr(message, key)
+    return out
+
+
+def _chat_inputs(settings: Settings, source: tuple[list[dict[str, Any]], Any]) -> dict[str, Any]:
+    messages, tools = source
+    return settings.pipeline.encode_messages(messages, settings.literal_special, tools)
+
+
+@dataclass(frozen=True)
+class Tooling:
+    """How a chat request with tools reads its reply: the calls in the template's format,
+    or (``forced``) the list of calls the constrained output is (:mod:`mobius_runtime.tools`)."""
+
+    format: tools.ToolFormat
+    schema: dict[str, Any] | None  # the forced calls' schema (tool_choice required / named)
+
+    def split(self, text: str) -> tuple[str | None, list[tools.ToolCall]]:
+        """(content, calls) of a finished reply; a forced reply cut short stays content."""
+        if self.schema is None:
+            return self.format.parse(text)
+        calls = tools.parse_forced(text)
+        return (None, calls) if calls else (text, [])
+
+
+def _tooling(settings: Settings, body: ChatRequest) -> Tooling:
+    chat = settings.pipeline.text.chat
+    required, name = body.forced()
+    most = tools.MAX_CALLS if body.parallel_tool_calls else 1
+    schema = tools.calls_schema(body.tool_list() or [], name, most) if required else None
+    return Tooling(tools.format_for(chat.source if chat is not None else None), schema)
+
+
+def _detokenize(settings: Settings, tokens: list[int]) -> str:
+    pipeline = settings.pipeline
+    if tokens:
+        check_ids(np.asarray([tokens], dtype=np.int64), vocab_size(pipeline.manifest), {}, {})
+    return pipeline.text.decode(tokens)
 
 
 def _prompt_inputs(settings: Settings, prompt: str | list[int]) -> dict[str, Any]:
@@ -253,18 +344,24 @@ def _prompt_inputs(settings: Settings, prompt: str | list[int]) -> dict[str, Any
     return {**caller, "input_ids": ids}
 
 
-def _constraint(settings: Settings, body: Any) -> Constraint | None:
-    """The grammar ``response_format`` asks for (compiled here, off the event loop), or None.
+def _constraint(settings: Settings, body: Any, tooling: Tooling | None) -> Constraint | None:
+    """The grammar a forced tool call or ``response_format`` asks for (compiled here, off
+    the event loop), or None.
 
     ``json_schema`` with ``strict: true`` refuses schema keywords the grammar compiler does
     not implement; otherwise they are ignored (the output still parses and follows every
     keyword that is implemented).
     """
     form = body.response_format
-    if form is None or form.type == "text":
-        return None
     pipeline = settings.pipeline
     package = (pipeline.text, vocab_size(pipeline.manifest), settings.engine.stops)
+    if tooling is not None and tooling.schema is not None:
+        try:
+            return Constraint.json_schema(tooling.schema, *package, where="tools")
+        except MobiusError as exc:
+            raise ApiError(400, exc.what, "tools") from None
+    if form is None or form.type == "text":
+        return None
     try:
         if form.type == "json_object":
             return Constraint.json_object(*package)
@@ -287,14 +384,20 @@ def _constraint(settings: Settings, body: Any) -> Constraint | None:
 
 
 async def _answer(
-    settings: Settings, request: Request, body: Any, caller: dict[str, Any], *, chat: bool
+    settings: Settings,
+    request: Request,
+    body: Any,
+    caller: dict[str, Any],
+    *,
+    chat: bool,
+    tooling: Tooling | None = None,
 ) -> Any:
     prompt = int(np.shape(caller["input_ids"])[1])
     limit = body.token_limit()
     if limit is None:  # KV buffers are sized by the limit: a bounded default
         context = settings.pipeline.context_length
         limit = DEFAULT_MAX_TOKENS if context is None else min(DEFAULT_MAX_TOKENS, context - prompt)
-    constraint = await run_in_threadpool(_constraint, settings, body)
+    constraint = await run_in_threadpool(_constraint, settings, body, tooling)
     sampling = SamplingParams(
         max_tokens=int(limit),
         temperature=body.temperature,
@@ -327,7 +430,7 @@ async def _answer(
     head = {"id": rid, "created": int(time.time()), "model": settings.model_name}
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = _stream(settings, handle, events, head, chat, usage)
+        stream = _stream(settings, handle, events, head, chat, usage, tooling)
         return StreamingResponse(stream, media_type="text/event-stream")
     checked = time.monotonic()
     try:
@@ -345,7 +448,7 @@ async def _answer(
             if _shut(kind, data):
                 raise _shutdown_error(data.completion_tokens if data else len(handle.ids))
             if kind == "done":
-                return _whole(head, data, chat)
+                return _whole(head, data, chat, tooling)
     finally:
         settings.open.discard(events)
         settings.engine.cancel(handle)
@@ -400,14 +503,27 @@ def _usage(done: Finished) -> dict[str, int]:
     }
 
 
-def _whole(head: dict[str, Any], done: Finished, chat: bool) -> dict[str, Any]:
+def _reply(done: Finished, tooling: Tooling | None) -> tuple[dict[str, Any], str]:
+    """The assistant message of a finished chat request and its OpenAI finish_reason."""
+    if tooling is None:
+        return {"role": "assistant", "content": done.text}, finish_reason(done.reason)
+    content, calls = tooling.split(done.text)
+    if not calls:
+        return {"role": "assistant", "content": done.text}, finish_reason(done.reason)
+    message = {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [c.to_openai() for c in calls],
+    }
+    return message, "tool_calls"
+
+
+def _whole(
+    head: dict[str, Any], done: Finished, chat: bool, tooling: Tooling | None = None
+) -> dict[str, Any]:
     if chat:
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": done.text},
-            "logprobs": None,
-            "finish_reason": finish_reason(done.reason),
-        }
+        message, finish = _reply(done, tooling)
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
         return {**head, "object": "chat.completion", "choices": [choice], "usage": _usage(done)}
     choice = {
         "index": 0,
@@ -425,8 +541,13 @@ async def _stream(
     head: dict[str, Any],
     chat: bool,
     usage: bool,
+    tooling: Tooling | None = None,
 ) -> AsyncIterator[str]:
-    """SSE chunks as OpenAI sends them; the request is cancelled if the client leaves."""
+    """SSE chunks as OpenAI sends them; the request is cancelled if the client leaves.
+
+    With tools, the reply is sent when it is complete (its calls can only be told from
+    its content then): its content, if any, then one chunk of ``delta.tool_calls``.
+    """
     kind_name = "chat.completion.chunk" if chat else "text_completion"
 
     def chunk(delta: dict[str, Any] | str, finish: str | None) -> str:
@@ -446,7 +567,8 @@ async def _stream(
         while not done:
             for kind, data in await _ready(events):
                 if kind == "delta":
-                    yield chunk({"content": data} if chat else data, None)
+                    if tooling is None:
+                        yield chunk({"content": data} if chat else data, None)
                     continue
                 done = True
                 if kind == "error":
@@ -456,7 +578,17 @@ async def _stream(
                     generated = data.completion_tokens if data else len(handle.ids)
                     yield _sse(_shutdown_error(generated).body())
                     break
-                yield chunk({} if chat else "", finish_reason(data.reason))
+                if tooling is not None:
+                    message, finish = _reply(data, tooling)
+                    if message["content"]:
+                        yield chunk({"content": message["content"]}, None)
+                    calls = message.get("tool_calls") or []
+                    if calls:
+                        indexed = [{"index": i, **c} for i, c in enumerate(calls)]
+                        yield chunk({"tool_calls": indexed}, None)
+                    yield chunk({}, finish)
+                else:
+                    yield chunk({} if chat else "", finish_reason(data.reason))
                 if usage:
                     yield _sse({**head, "object": kind_name, "choices": [], "usage": _usage(data)})
                 break

@@ -52,9 +52,44 @@ class AudioPart(_Body):
 Part = Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="type")]
 
 
+class FunctionCall(_Body):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCallIn(_Body):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(_Body):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[Part] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # a tool message answers this call
+
+
+class FunctionDef(_Body):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Body):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Body):
+    name: str
+
+
+class NamedToolChoice(_Body):
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class StreamOptions(_Body):
@@ -91,18 +126,14 @@ class _Sampling(_Body):
     stop: str | Annotated[list[str], Field(max_length=MAX_STOPS)] | None = None
     n: int = Field(1, ge=1, le=1)
     user: str | None = None
-    # OpenAI fields not implemented yet: taken only to refuse them (see check_supported)
-    tools: Any = None
-    tool_choice: Any = None
     response_format: ResponseFormat | None = None
+    # OpenAI fields not implemented yet: taken only to refuse them (see check_supported)
     logprobs: Any = None
     top_logprobs: Any = None
 
     def check_supported(self) -> None:
         """A 400 naming the first field that asks for a feature not implemented yet."""
         asks = {
-            "tools": bool(self.tools),
-            "tool_choice": self.tool_choice not in (None, "none"),
             "logprobs": self.logprobs not in (None, False, 0),
             "top_logprobs": self.top_logprobs not in (None, 0),
         }
@@ -124,6 +155,32 @@ class _Sampling(_Body):
 class ChatRequest(_Sampling):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+
+    def tool_list(self) -> list[dict[str, Any]] | None:
+        """The tools as HF's ``apply_chat_template(tools=...)`` takes them (None: none,
+        or ``tool_choice: "none"``, which keeps them out of the prompt)."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return [t.model_dump(exclude_none=True) for t in self.tools]
+
+    def forced(self) -> tuple[bool, str | None]:
+        """(a call is required, the function it must be or None for any of the tools)."""
+        choice = self.tool_choice
+        if isinstance(choice, NamedToolChoice):
+            if not any(t.function.name == choice.function.name for t in self.tools or ()):
+                raise ApiError(
+                    400,
+                    f"tool_choice names the function {choice.function.name!r}, which is not "
+                    "in tools",
+                    "tool_choice",
+                )
+            return True, choice.function.name
+        if choice == "required" and not self.tools:
+            raise ApiError(400, 'tool_choice "required" needs tools', "tool_choice")
+        return choice == "required", None
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -135,3 +192,15 @@ class CompletionRequest(_Sampling):
 
     def token_limit(self) -> int | None:
         return self.max_tokens
+
+
+class TokenizeRequest(_Body):
+    model: str
+    prompt: str | list[int] | None = None
+    messages: list[Message] | None = Field(None, min_length=1)
+    tools: list[Tool] | None = None
+
+
+class DetokenizeRequest(_Body):
+    model: str
+    tokens: list[int] = Field(max_length=1_000_000)
