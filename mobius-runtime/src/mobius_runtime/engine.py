@@ -14,7 +14,8 @@ Requests are queued by :meth:`Engine.submit` (any thread); the engine thread loo
 A full queue (``max_queue`` waiting beyond the free batch slots: 0 means requests are
 taken only while a slot is free) refuses at once (:class:`QueueFull`), never
 blocks. Per request, events go to its ``sink`` from the engine thread:
-``("delta", text)``, then ``("done", Finished)`` or ``("error", exception)``.
+``("delta", text)`` (after each token's ``("logprobs", TokenLogprob)`` when the
+request asks for logprobs), then ``("done", Finished)`` or ``("error", exception)``.
 Text is streamed as it becomes decodable, decoding only the new ids
 (:class:`~mobius_runtime.text.TextStream`); text that might be the start of a ``stop``
 string is held back until it is known not to be one, so streamed deltas concatenate to
@@ -267,6 +268,8 @@ class Engine:
         finish it when it stops. ``finite`` / ``greedy``: what the step already knows."""
         row = request.row
         _, piece = row.take(logits, past, finite, greedy)
+        if request.sampling.logprobs is not None:  # before the text it may release
+            request.sink("logprobs", row.logprobs[-1])
         if piece:
             request.sink("delta", piece)
         if row.reason is not None:

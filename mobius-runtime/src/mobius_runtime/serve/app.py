@@ -35,7 +35,7 @@ from starlette.exceptions import HTTPException
 from mobius.errors import MobiusError
 from mobius_runtime import tools
 from mobius_runtime.constrained import Constraint
-from mobius_runtime.decoding import FinishReason
+from mobius_runtime.decoding import FinishReason, TokenLogprob
 from mobius_runtime.engine import Engine, EngineStopped, Finished, QueueFull
 from mobius_runtime.requests import check_ids, vocab_size
 from mobius_runtime.sampling import SamplingParams
@@ -410,6 +410,7 @@ async def _answer(
         seed=body.seed,
         stop=body.stops(),
         constraint=constraint,
+        logprobs=body.logprob_k(),
     )
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -448,7 +449,7 @@ async def _answer(
             if _shut(kind, data):
                 raise _shutdown_error(data.completion_tokens if data else len(handle.ids))
             if kind == "done":
-                return _whole(head, data, chat, tooling)
+                return _whole(head, data, chat, tooling, Logprobs(settings.pipeline.text, chat))
     finally:
         settings.open.discard(events)
         settings.engine.cancel(handle)
@@ -518,17 +519,64 @@ def _reply(done: Finished, tooling: Tooling | None) -> tuple[dict[str, Any], str
     return message, "tool_calls"
 
 
+class Logprobs:
+    """OpenAI's ``logprobs`` objects for :class:`~mobius_runtime.decoding.TokenLogprob`
+    entries: chat's ``{"content": [{"token", "logprob", "bytes", "top_logprobs"}]}`` and
+    completions' ``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}``. A token's
+    text is its id decoded alone (special tokens kept), its bytes that text's UTF-8."""
+
+    def __init__(self, text: Any, chat: bool) -> None:
+        self.text, self.chat = text, chat
+        self.offset = 0  # completions: where the next token's text begins
+
+    def _token(self, token: int) -> str:
+        return self.text.tokenizer.decode([token], skip_special_tokens=False)
+
+    def _entry(self, token: int, logprob: float) -> dict[str, Any]:
+        text = self._token(token)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+    def of(self, entries: list[TokenLogprob] | None) -> dict[str, Any] | None:
+        if entries is None:
+            return None
+        if self.chat:
+            content = [
+                {
+                    **self._entry(e.token, e.logprob),
+                    "top_logprobs": [self._entry(*t) for t in e.top],
+                }
+                for e in entries
+            ]
+            return {"content": content}
+        tokens = [self._token(e.token) for e in entries]
+        offsets = []
+        for token in tokens:
+            offsets.append(self.offset)
+            self.offset += len(token)
+        return {
+            "tokens": tokens,
+            "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [{self._token(t): lp for t, lp in e.top} for e in entries],
+            "text_offset": offsets,
+        }
+
+
 def _whole(
-    head: dict[str, Any], done: Finished, chat: bool, tooling: Tooling | None = None
+    head: dict[str, Any],
+    done: Finished,
+    chat: bool,
+    tooling: Tooling | None = None,
+    logprobs: Logprobs | None = None,
 ) -> dict[str, Any]:
+    lp = logprobs.of(done.logprobs) if logprobs is not None else None
     if chat:
         message, finish = _reply(done, tooling)
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+        choice = {"index": 0, "message": message, "logprobs": lp, "finish_reason": finish}
         return {**head, "object": "chat.completion", "choices": [choice], "usage": _usage(done)}
     choice = {
         "index": 0,
         "text": done.text,
-        "logprobs": None,
+        "logprobs": lp,
         "finish_reason": finish_reason(done.reason),
     }
     return {**head, "object": "text_completion", "choices": [choice], "usage": _usage(done)}
@@ -549,12 +597,18 @@ async def _stream(
     its content then): its content, if any, then one chunk of ``delta.tool_calls``.
     """
     kind_name = "chat.completion.chunk" if chat else "text_completion"
+    formatter = Logprobs(settings.pipeline.text, chat)
+    pending: list[TokenLogprob] = []  # entries of tokens whose text has not been sent
 
     def chunk(delta: dict[str, Any] | str, finish: str | None) -> str:
+        lp = None
+        if pending and (delta or finish):  # a token's entry goes with its text (or the end)
+            lp = formatter.of(pending)
+            pending.clear()
         if chat:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
         else:
-            choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "text": delta, "logprobs": lp, "finish_reason": finish}
         body = {**head, "object": kind_name, "choices": [choice]}
         if usage:
             body["usage"] = None
@@ -566,6 +620,9 @@ async def _stream(
         done = False
         while not done:
             for kind, data in await _ready(events):
+                if kind == "logprobs":
+                    pending.append(data)
+                    continue
                 if kind == "delta":
                     if tooling is None:
                         yield chunk({"content": data} if chat else data, None)

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mobius_runtime.sampling import MAX_LOGPROBS
 from mobius_runtime.serve.errors import ApiError
 
 MAX_STOPS = 4  # OpenAI's limit on the number of stop strings
@@ -127,24 +128,13 @@ class _Sampling(_Body):
     n: int = Field(1, ge=1, le=1)
     user: str | None = None
     response_format: ResponseFormat | None = None
-    # OpenAI fields not implemented yet: taken only to refuse them (see check_supported)
-    logprobs: Any = None
-    top_logprobs: Any = None
 
     def check_supported(self) -> None:
-        """A 400 naming the first field that asks for a feature not implemented yet."""
-        asks = {
-            "logprobs": self.logprobs not in (None, False, 0),
-            "top_logprobs": self.top_logprobs not in (None, 0),
-        }
-        for name, asked in asks.items():
-            if asked:
-                raise ApiError(
-                    400,
-                    f"{name} is not supported yet by mobius serve; remove it from the request",
-                    name,
-                    "unsupported_parameter",
-                )
+        """A 400 naming the first field whose value contradicts another's."""
+
+    def logprob_k(self) -> int | None:
+        """How many likeliest tokens each logprobs entry lists (None: no logprobs)."""
+        return None
 
     def stops(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -158,6 +148,15 @@ class ChatRequest(_Sampling):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+    def check_supported(self) -> None:
+        if self.top_logprobs and not self.logprobs:
+            raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+
+    def logprob_k(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def tool_list(self) -> list[dict[str, Any]] | None:
         """The tools as HF's ``apply_chat_template(tools=...)`` takes them (None: none,
@@ -189,6 +188,10 @@ class ChatRequest(_Sampling):
 class CompletionRequest(_Sampling):
     prompt: str | list[int] = Field(min_length=1)
     max_tokens: int | None = Field(16, ge=1)  # OpenAI's default for completions
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+    def logprob_k(self) -> int | None:
+        return self.logprobs
 
     def token_limit(self) -> int | None:
         return self.max_tokens
