@@ -82,3 +82,44 @@ def test_without_logprobs_there_are_none(server):
             model="tiny", messages=MESSAGES, max_tokens=3, top_logprobs=2
         )
     assert bad.value.body["param"] == "top_logprobs"
+
+
+# ---------------------------------------------------------------- n and seed
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_n_choices_with_a_seed_are_the_same_on_a_second_call(server, pipeline, stream):
+    """n=3 with a seed: three answers (choice i samples with seed + i, so each equals
+    generate() with that seed), prefilled once, the same on a second call."""
+
+    def ask() -> list[str]:
+        out = server.client().completions.create(
+            model="tiny", prompt=PROMPT, max_tokens=12, temperature=1.0, seed=40, n=3,
+            stream=stream,
+        )  # fmt: skip
+        if not stream:
+            assert out.usage.prompt_tokens == len(PROMPT)
+            return [c.text for c in sorted(out.choices, key=lambda c: c.index)]
+        texts = ["", "", ""]
+        for c in out:
+            for choice in c.choices:
+                texts[choice.index] += choice.text
+        return texts
+
+    prefills = server.engine.prefills
+    first = ask()
+    assert server.engine.prefills == prefills + 1, "the three choices were prefilled apart"
+    assert ask() == first
+    want = [pipeline.generate(input_ids=PROMPT, max_new_tokens=12, do_sample=True, seed=40 + i,
+                              temperature=1.0).text for i in range(3)]  # fmt: skip
+    assert first == want
+    assert len(set(first)) == 3
+
+
+def test_n_chat_choices_each_have_their_message(server):
+    out = server.client().chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=6, temperature=1.0, seed=1, n=2,
+        logprobs=True,
+    )  # fmt: skip
+    assert [c.index for c in out.choices] == [0, 1]
+    assert out.usage.completion_tokens == sum(len(c.logprobs.content) for c in out.choices)

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -78,6 +78,7 @@ class Request:
     cancelled: bool = False
     submitted: float = 0.0
     first: float | None = None
+    group: list[Request] = field(default_factory=list)  # rows sharing this one's prefill
 
     @property
     def sampling(self) -> SamplingParams:
@@ -108,6 +109,7 @@ class Engine:
         self._ids = itertools.count(1)
         self.steps = 0  # decode steps run (all cohorts of one loop count once)
         self.peak_batch = 0  # the most requests one decode step has served
+        self.prefills = 0  # prompts prefilled (a group of n choices counts once)
         self.finished: collections.Counter[str] = collections.Counter()  # by finish reason
 
     # ------------------------------------------------------------------ public
@@ -127,31 +129,48 @@ class Engine:
 
         A request is taken while fewer than ``max_queue`` plus the free batch slots wait.
         """
+        return self.submit_group(caller, [sampling], [sink], request_id)[0]
+
+    def submit_group(
+        self,
+        caller: dict[str, Any],
+        samplings: list[SamplingParams],
+        sinks: list[Callable[[str, Any], None]],
+        request_id: str | None = None,
+    ) -> list[Request]:
+        """Queue one request per sampling for the same prompt (OpenAI's ``n``): the prompt
+        is prefilled once and its KV rows copied to each (where the graph batches; else
+        each is prefilled on its own). Raises QueueFull at once, as :meth:`submit`."""
         prompt = int(np.shape(caller["input_ids"])[1])
-        request = Request(
-            id=request_id or f"req-{next(self._ids)}",
-            caller=caller,
-            row=Decoding(
-                sampling,
-                self.pipeline.text,
-                self.stops,
-                self.context,
-                prompt=np.asarray(caller["input_ids"])[0].tolist(),
-            ),
-            sink=sink,
-            prompt_tokens=prompt,
-            submitted=time.perf_counter(),
-        )
+        ids = np.asarray(caller["input_ids"])[0].tolist()
+        rid = request_id or f"req-{next(self._ids)}"
+        now = time.perf_counter()
+        requests = [
+            Request(
+                id=rid if len(samplings) == 1 else f"{rid}/{i}",
+                caller=caller,
+                row=Decoding(sampling, self.pipeline.text, self.stops, self.context, prompt=ids),
+                sink=sink,
+                prompt_tokens=prompt,
+                submitted=now,
+            )
+            for i, (sampling, sink) in enumerate(zip(samplings, sinks, strict=True))
+        ]
+        queued = requests[:1]
+        if self.batcher.batches:
+            requests[0].group = requests[1:]
+        else:
+            queued = requests
         with self._cond:
             if self._stopping:
                 raise EngineStopped("the server is shutting down")
             # max_queue counts the requests waiting beyond the free batch slots
             free = max(0, self.max_batch - self.active)
-            if len(self._waiting) >= self.max_queue + free:
+            if len(self._waiting) + len(queued) > self.max_queue + free:
                 raise QueueFull(f"{len(self._waiting)} requests are queued (--max-queue)")
-            self._waiting.append(request)
+            self._waiting.extend(queued)
             self._cond.notify()
-        return request
+        return requests
 
     def cancel(self, request: Request) -> None:
         """Stop ``request``; its slot is freed before the next decode step."""
@@ -196,7 +215,8 @@ class Engine:
                             log.exception("%s: its sink failed", request.id)
                 self._cohorts = []
         with self._cond:
-            left = list(self._waiting) + [r for _, rows in self._cohorts for r in rows]
+            waiting = [m for r in self._waiting for m in (r, *r.group)]
+            left = waiting + [r for _, rows in self._cohorts for r in rows]
             self._waiting.clear()
         self._cohorts = []
         for request in left:
@@ -209,8 +229,9 @@ class Engine:
                 if not self._waiting:
                     break
                 request = self._waiting.popleft()
-            if request.cancelled:
-                self._finish(request, FinishReason.CANCELLED)
+            if request.cancelled:  # its group was asked for together: it goes together
+                for member in (request, *request.group):
+                    self._finish(member, FinishReason.CANCELLED)
                 continue
             self._admit(request)
         if not self._cohorts:
@@ -233,28 +254,37 @@ class Engine:
         self._drop(lambda r: r.first is None, None)
 
     def _admit(self, request: Request) -> None:
-        sampling = request.sampling
-        capacity = request.prompt_tokens + sampling.max_tokens
+        """Prefill ``request`` (once for its group), pick each member's first token, and
+        join the members still running to the cohort (the prompt's KV rows copied)."""
+        members = [request, *request.group]
+        capacity = request.prompt_tokens + max(r.sampling.max_tokens for r in members)
         if self.context is not None:
             capacity = min(capacity, self.context)
+        self.prefills += 1
         try:
             logits, cohort = self.batcher.prefill(request.caller, capacity)
         except Exception as exc:
-            self._fail(request, exc)
+            for member in members:
+                self._fail(member, exc)
             return
-        request.caller = {}  # media arrays are no longer needed
-        request.first = time.perf_counter()
-        try:
-            self._take(request, logits, request.prompt_tokens)
-        except Exception as exc:
-            self._fail(request, exc)
-        if request.first is None:  # finished on its first token
+        first = time.perf_counter()
+        for member in members:
+            member.caller = {}  # media arrays are no longer needed
+            member.first = first
+            try:
+                self._take(member, logits, request.prompt_tokens)
+            except Exception as exc:
+                self._fail(member, exc)
+        running = [m for m in members if m.first is not None]  # not finished on token one
+        if not running:
             return
+        if len(members) > 1:
+            cohort = self.batcher.keep(cohort, [0] * len(running))
         if self.batcher.batches and self._cohorts:
             main, rows = self._cohorts[0]
-            self._cohorts[0] = (self.batcher.merge(main, cohort), [*rows, request])
+            self._cohorts[0] = (self.batcher.merge(main, cohort), [*rows, *running])
         else:
-            self._cohorts.append((cohort, [request]))
+            self._cohorts.append((cohort, running))
 
     def _take(
         self,

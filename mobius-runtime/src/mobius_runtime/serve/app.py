@@ -22,8 +22,8 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -79,7 +79,8 @@ class Settings:
         # special markers a client types in messages are plain text, not control tokens
         self.literal_special = literal_special
         self.created = int(time.time())
-        self.open: set[asyncio.Queue[tuple[str, Any]]] = set()  # the open requests' events
+        # the open requests' events: (kind, data, choice index)
+        self.open: set[asyncio.Queue[tuple[str, Any, int]]] = set()
 
     def shut_down(self) -> None:
         """Refuse new requests and answer every open one with its 503 (on the loop's thread).
@@ -89,7 +90,7 @@ class Settings:
         """
         self.engine.stop(timeout=0)
         for events in self.open:
-            events.put_nowait(("shutdown", None))
+            events.put_nowait(("shutdown", None, 0))
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -412,17 +413,26 @@ async def _answer(
         constraint=constraint,
         logprobs=body.logprob_k(),
     )
+    # n choices: choice i samples with seed + i (one seed gives the same n answers)
+    samplings = [
+        sampling if i == 0 or body.seed is None else replace(sampling, seed=body.seed + i)
+        for i in range(body.n)
+    ]
     loop = asyncio.get_running_loop()
-    events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    events: asyncio.Queue[tuple[str, Any, int]] = asyncio.Queue()
 
-    def sink(kind: str, data: Any) -> None:
-        # RuntimeError: the server's loop has closed, nobody is listening any more
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(events.put_nowait, (kind, data))
+    def sink_of(index: int) -> Any:
+        def sink(kind: str, data: Any) -> None:
+            # RuntimeError: the server's loop has closed, nobody is listening any more
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(events.put_nowait, (kind, data, index))
+
+        return sink
 
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
     try:
-        handle = settings.engine.submit(caller, sampling, sink, rid)
+        sinks = [sink_of(i) for i in range(body.n)]
+        handles = settings.engine.submit_group(caller, samplings, sinks, rid)
     except QueueFull as exc:
         raise ApiError(429, f"the server is busy: {exc}; retry later", None, "queue_full") from None
     except EngineStopped as exc:
@@ -431,15 +441,16 @@ async def _answer(
     head = {"id": rid, "created": int(time.time()), "model": settings.model_name}
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = _stream(settings, handle, events, head, chat, usage, tooling)
+        stream = _stream(settings, handles, events, head, chat, usage, tooling)
         return StreamingResponse(stream, media_type="text/event-stream")
     checked = time.monotonic()
+    done: dict[int, Finished] = {}
     try:
-        while True:
+        while len(done) < len(handles):
             try:
-                kind, data = await asyncio.wait_for(events.get(), timeout=DISCONNECT_POLL_S)
+                kind, data, index = await asyncio.wait_for(events.get(), DISCONNECT_POLL_S)
             except TimeoutError:
-                kind, data = "wait", None
+                kind, data, index = "wait", None, 0
             if time.monotonic() - checked >= DISCONNECT_POLL_S:
                 checked = time.monotonic()
                 if await request.is_disconnected():  # the client left: free the slot
@@ -447,12 +458,16 @@ async def _answer(
             if kind == "error":
                 raise _engine_error(data)
             if _shut(kind, data):
-                raise _shutdown_error(data.completion_tokens if data else len(handle.ids))
+                generated = data.completion_tokens if data else len(handles[index].ids)
+                raise _shutdown_error(generated)
             if kind == "done":
-                return _whole(head, data, chat, tooling, Logprobs(settings.pipeline.text, chat))
+                done[index] = data
+        finished = [done[i] for i in range(len(handles))]
+        return _whole(head, finished, chat, tooling, lambda: Logprobs(settings.pipeline.text, chat))
     finally:
         settings.open.discard(events)
-        settings.engine.cancel(handle)
+        for handle in handles:
+            settings.engine.cancel(handle)
 
 
 def _shut(kind: str, data: Any) -> bool:
@@ -496,11 +511,14 @@ def finish_reason(reason: FinishReason) -> str:
     return OPENAI_FINISH[reason]
 
 
-def _usage(done: Finished) -> dict[str, int]:
+def _usage(done: list[Finished]) -> dict[str, int]:
+    """One prompt (prefilled once for all choices), every choice's completion tokens."""
+    prompt = done[0].prompt_tokens
+    completion = sum(d.completion_tokens for d in done)
     return {
-        "prompt_tokens": done.prompt_tokens,
-        "completion_tokens": done.completion_tokens,
-        "total_tokens": done.prompt_tokens + done.completion_tokens,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
     }
 
 
@@ -563,52 +581,55 @@ class Logprobs:
 
 def _whole(
     head: dict[str, Any],
-    done: Finished,
+    done: list[Finished],
     chat: bool,
-    tooling: Tooling | None = None,
-    logprobs: Logprobs | None = None,
+    tooling: Tooling | None,
+    logprobs: Callable[[], Logprobs],
 ) -> dict[str, Any]:
-    lp = logprobs.of(done.logprobs) if logprobs is not None else None
-    if chat:
-        message, finish = _reply(done, tooling)
-        choice = {"index": 0, "message": message, "logprobs": lp, "finish_reason": finish}
-        return {**head, "object": "chat.completion", "choices": [choice], "usage": _usage(done)}
-    choice = {
-        "index": 0,
-        "text": done.text,
-        "logprobs": lp,
-        "finish_reason": finish_reason(done.reason),
-    }
-    return {**head, "object": "text_completion", "choices": [choice], "usage": _usage(done)}
+    """The whole answer: one choice per finished request (``logprobs()``: a fresh formatter)."""
+    choices = []
+    for index, finished in enumerate(done):
+        lp = logprobs().of(finished.logprobs)
+        if chat:
+            message, finish = _reply(finished, tooling)
+            choices.append(
+                {"index": index, "message": message, "logprobs": lp, "finish_reason": finish}
+            )
+        else:
+            finish = finish_reason(finished.reason)
+            choices.append(
+                {"index": index, "text": finished.text, "logprobs": lp, "finish_reason": finish}
+            )
+    kind = "chat.completion" if chat else "text_completion"
+    return {**head, "object": kind, "choices": choices, "usage": _usage(done)}
 
 
 async def _stream(
     settings: Settings,
-    handle: Any,
-    events: asyncio.Queue[tuple[str, Any]],
+    handles: list[Any],
+    events: asyncio.Queue[tuple[str, Any, int]],
     head: dict[str, Any],
     chat: bool,
     usage: bool,
     tooling: Tooling | None = None,
 ) -> AsyncIterator[str]:
-    """SSE chunks as OpenAI sends them; the request is cancelled if the client leaves.
+    """SSE chunks as OpenAI sends them (one ``index`` per choice); the requests are
+    cancelled if the client leaves.
 
-    With tools, the reply is sent when it is complete (its calls can only be told from
-    its content then): its content, if any, then one chunk of ``delta.tool_calls``.
+    With tools, a choice's reply is sent when it is complete (its calls can only be told
+    from its content then): its content, if any, then one chunk of ``delta.tool_calls``.
     """
     kind_name = "chat.completion.chunk" if chat else "text_completion"
-    formatter = Logprobs(settings.pipeline.text, chat)
-    pending: list[TokenLogprob] = []  # entries of tokens whose text has not been sent
+    formatters = [Logprobs(settings.pipeline.text, chat) for _ in handles]
+    pending: list[list[TokenLogprob]] = [[] for _ in handles]  # entries of unsent text
 
-    def chunk(delta: dict[str, Any] | str, finish: str | None) -> str:
+    def chunk(index: int, delta: dict[str, Any] | str, finish: str | None) -> str:
         lp = None
-        if pending and (delta or finish):  # a token's entry goes with its text (or the end)
-            lp = formatter.of(pending)
-            pending.clear()
-        if chat:
-            choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
-        else:
-            choice = {"index": 0, "text": delta, "logprobs": lp, "finish_reason": finish}
+        if pending[index] and (delta or finish):  # an entry goes with its text (or the end)
+            lp = formatters[index].of(pending[index])
+            pending[index] = []
+        field = "delta" if chat else "text"
+        choice = {"index": index, field: delta, "logprobs": lp, "finish_reason": finish}
         body = {**head, "object": kind_name, "choices": [choice]}
         if usage:
             body["usage"] = None
@@ -616,58 +637,74 @@ async def _stream(
 
     try:
         if chat:
-            yield chunk({"role": "assistant", "content": ""}, None)
-        done = False
-        while not done:
-            for kind, data in await _ready(events):
+            for index in range(len(handles)):
+                yield chunk(index, {"role": "assistant", "content": ""}, None)
+        done: dict[int, Finished] = {}
+        failed = False
+        while len(done) < len(handles) and not failed:
+            for kind, data, index in await _ready(events):
                 if kind == "logprobs":
-                    pending.append(data)
-                    continue
-                if kind == "delta":
+                    pending[index].append(data)
+                elif kind == "delta":
                     if tooling is None:
-                        yield chunk({"content": data} if chat else data, None)
-                    continue
-                done = True
-                if kind == "error":
+                        yield chunk(index, {"content": data} if chat else data, None)
+                elif kind == "error":
                     yield _sse(_engine_error(data).body())
-                    break
-                if _shut(kind, data):  # only a shutdown cancels a live stream
-                    generated = data.completion_tokens if data else len(handle.ids)
+                    failed = True
+                elif _shut(kind, data):  # only a shutdown cancels a live stream
+                    generated = data.completion_tokens if data else len(handles[index].ids)
                     yield _sse(_shutdown_error(generated).body())
+                    failed = True
+                elif kind == "done":
+                    done[index] = data
+                    for part in _finish_chunks(chunk, index, data, chat, tooling):
+                        yield part
+                if failed:
                     break
-                if tooling is not None:
-                    message, finish = _reply(data, tooling)
-                    if message["content"]:
-                        yield chunk({"content": message["content"]}, None)
-                    calls = message.get("tool_calls") or []
-                    if calls:
-                        indexed = [{"index": i, **c} for i, c in enumerate(calls)]
-                        yield chunk({"tool_calls": indexed}, None)
-                    yield chunk({}, finish)
-                else:
-                    yield chunk({} if chat else "", finish_reason(data.reason))
-                if usage:
-                    yield _sse({**head, "object": kind_name, "choices": [], "usage": _usage(data)})
-                break
+        if usage and not failed:
+            finished = [done[i] for i in range(len(handles))]
+            yield _sse({**head, "object": kind_name, "choices": [], "usage": _usage(finished)})
         yield "data: [DONE]\n\n"
     finally:
         settings.open.discard(events)
-        settings.engine.cancel(handle)
+        for handle in handles:
+            settings.engine.cancel(handle)
 
 
-async def _ready(events: asyncio.Queue[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """The next event and every one already queued, consecutive deltas joined into one.
+def _finish_chunks(
+    chunk: Callable[..., str], index: int, done: Finished, chat: bool, tooling: Tooling | None
+) -> list[str]:
+    """A finished choice's last chunks: with tools its content and calls, then the finish."""
+    if tooling is None:
+        return [chunk(index, {} if chat else "", finish_reason(done.reason))]
+    message, finish = _reply(done, tooling)
+    out = []
+    if message["content"]:
+        out.append(chunk(index, {"content": message["content"]}, None))
+    calls = message.get("tool_calls") or []
+    if calls:
+        out.append(
+            chunk(index, {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}, None)
+        )
+    out.append(chunk(index, {}, finish))
+    return out
+
+
+async def _ready(events: asyncio.Queue[tuple[str, Any, int]]) -> list[tuple[str, Any, int]]:
+    """The next event and every one already queued, consecutive deltas of one choice
+    joined into one.
 
     When the client reads slower than the engine decodes, one chunk then carries several
     tokens' text instead of one chunk per token falling further behind.
     """
     out = [await events.get()]
     while not events.empty():
-        kind, data = events.get_nowait()
-        if kind == "delta" and out[-1][0] == "delta":
-            out[-1] = ("delta", out[-1][1] + data)
+        kind, data, index = events.get_nowait()
+        last = out[-1]
+        if kind == "delta" and last[0] == "delta" and last[2] == index:
+            out[-1] = ("delta", last[1] + data, index)
         else:
-            out.append((kind, data))
+            out.append((kind, data, index))
     return out
 
 

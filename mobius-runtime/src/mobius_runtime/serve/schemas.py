@@ -20,6 +20,7 @@ from mobius_runtime.sampling import MAX_LOGPROBS
 from mobius_runtime.serve.errors import ApiError
 
 MAX_STOPS = 4  # OpenAI's limit on the number of stop strings
+MAX_CHOICES = 16  # n: choices one request may ask for (each is a batch row)
 
 
 class _Body(BaseModel):
@@ -125,7 +126,7 @@ class _Sampling(_Body):
     seed: int | None = Field(None, ge=0)
     max_tokens: int | None = Field(None, ge=1)
     stop: str | Annotated[list[str], Field(max_length=MAX_STOPS)] | None = None
-    n: int = Field(1, ge=1, le=1)
+    n: int = Field(1, ge=1, le=MAX_CHOICES)
     user: str | None = None
     response_format: ResponseFormat | None = None
 
