@@ -22,14 +22,15 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from mobius.errors import MobiusError
@@ -41,6 +42,8 @@ from mobius_runtime.requests import check_ids, vocab_size
 from mobius_runtime.sampling import SamplingParams
 from mobius_runtime.serve import errors, media
 from mobius_runtime.serve.errors import ApiError
+from mobius_runtime.serve.metrics import CONTENT_TYPE as METRICS_TYPE
+from mobius_runtime.serve.metrics import Counted, Metrics
 from mobius_runtime.serve.schemas import (
     ChatRequest,
     CompletionRequest,
@@ -68,6 +71,7 @@ class Settings:
         allow_private_media: bool = False,
         max_request_mb: float = DEFAULT_MAX_REQUEST_MB,
         literal_special: bool = True,
+        cors_origins: Sequence[str] = (),
     ) -> None:
         self.engine = engine
         self.pipeline = engine.pipeline
@@ -79,6 +83,8 @@ class Settings:
         # special markers a client types in messages are plain text, not control tokens
         self.literal_special = literal_special
         self.created = int(time.time())
+        self.cors_origins = tuple(cors_origins)  # browser origins allowed to call the API
+        self.metrics = Metrics(engine)
         # the open requests' events: (kind, data, choice index)
         self.open: set[asyncio.Queue[tuple[str, Any, int]]] = set()
 
@@ -98,6 +104,14 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="mobius serve", docs_url=None, redoc_url=None, openapi_url=None)
     errors.install(app)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["*"],
+        )
+    app.add_middleware(Counted, metrics=settings.metrics)  # outermost: sees every status
     media.limit_image_pixels()
 
     def authorized(request: Request) -> None:
@@ -112,6 +126,10 @@ def create_app(settings: Settings) -> FastAPI:
     async def health() -> dict[str, Any]:
         engine = settings.engine
         return {"status": "ok", "active": engine.active, "queued": engine.queued}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(settings.metrics.text(), media_type=METRICS_TYPE)
 
     @app.get("/v1/models", dependencies=[Depends(authorized)])
     async def models() -> dict[str, Any]:
@@ -463,6 +481,7 @@ async def _answer(
             if kind == "done":
                 done[index] = data
         finished = [done[i] for i in range(len(handles))]
+        settings.metrics.finished(finished)
         return _whole(head, finished, chat, tooling, lambda: Logprobs(settings.pipeline.text, chat))
     finally:
         settings.open.discard(events)
@@ -661,9 +680,12 @@ async def _stream(
                         yield part
                 if failed:
                     break
-        if usage and not failed:
+        if not failed:
             finished = [done[i] for i in range(len(handles))]
-            yield _sse({**head, "object": kind_name, "choices": [], "usage": _usage(finished)})
+            settings.metrics.finished(finished)
+            if usage:
+                body = {**head, "object": kind_name, "choices": [], "usage": _usage(finished)}
+                yield _sse(body)
         yield "data: [DONE]\n\n"
     finally:
         settings.open.discard(events)

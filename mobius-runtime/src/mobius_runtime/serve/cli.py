@@ -40,6 +40,20 @@ def serve(
         str | None,
         typer.Option("--api-key", envvar="MOBIUS_API_KEY", help="Require `Bearer KEY`."),
     ] = None,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--api-key-file",
+            help="Read the key from this file (its first line), keeping it out of `ps`.",
+        ),
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            help="A browser origin allowed to call the API (repeatable; '*' for any).",
+        ),
+    ] = None,
     max_batch: Annotated[
         int, typer.Option("--max-batch", min=1, help="Requests decoded together.")
     ] = 8,
@@ -83,6 +97,8 @@ def serve(
 ) -> None:
     """Serve PACKAGE over the OpenAI HTTP API (chat, completions, streaming, batching)."""
     try:
+        if api_key_file is not None:
+            api_key = _key_from(api_key_file, api_key)
         server = _server(
             package,
             host,
@@ -98,6 +114,7 @@ def serve(
                 "allow_private_media": allow_private_media,
                 "max_request_mb": max_request_mb,
                 "literal_special": literal_special,
+                "cors_origins": tuple(cors_origin or ()),
             },
         )
     except MobiusError as exc:
@@ -122,6 +139,32 @@ def serve(
             err=True,
         )
         raise typer.Exit(1)
+
+
+def _key_from(path: Path, given: str | None) -> str:
+    """The API key in the first line of ``path`` (surrounding whitespace dropped)."""
+    if given is not None:
+        raise MobiusError(
+            "both --api-key (or MOBIUS_API_KEY) and --api-key-file are given",
+            where="--api-key-file",
+            fix="give the key one way",
+        )
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MobiusError(
+            f"cannot read the API key file {path}: {exc}",
+            where="--api-key-file",
+            fix="pass a readable UTF-8 file whose first line is the key",
+        ) from None
+    key = lines[0].strip() if lines else ""
+    if not key:
+        raise MobiusError(
+            f"the API key file {path} has an empty first line",
+            where="--api-key-file",
+            fix="write the key on the file's first line",
+        )
+    return key
 
 
 def _server(
