@@ -21,7 +21,8 @@ Text is streamed as it becomes decodable, decoding only the new ids
 string is held back until it is known not to be one, so streamed deltas concatenate to
 the final text, which is ``generate()``'s for the same ids. One log line per finished
 request: id, prompt and completion tokens, time to first token, decode tokens/s, finish
-reason.
+reason, prompt tokens served by the prefix cache (``prefix_cache_mb`` > 0 keeps the KV
+rows of recent text prompts: :mod:`mobius_runtime.prefix_cache`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ import numpy as np
 from mobius_runtime.batching import Batcher, Cohort
 from mobius_runtime.decoding import Decoding, FinishReason, TokenLogprob
 from mobius_runtime.errors import RequestError
+from mobius_runtime.kvshare import SEQ_AXIS
+from mobius_runtime.prefix_cache import PrefixCache
 from mobius_runtime.sampling import SamplingParams
 
 log = logging.getLogger("mobius_runtime.serve")
@@ -64,6 +67,7 @@ class Finished:
     ttft_ms: float
     tokens_per_s: float
     logprobs: list[TokenLogprob] | None = None  # one per id, when the request asked
+    cached_tokens: int = 0  # prompt ids served by the prefix cache
 
 
 @dataclass(eq=False)
@@ -79,6 +83,7 @@ class Request:
     submitted: float = 0.0
     first: float | None = None
     group: list[Request] = field(default_factory=list)  # rows sharing this one's prefill
+    cached_tokens: int = 0  # prompt ids whose KV rows came from the prefix cache
 
     @property
     def sampling(self) -> SamplingParams:
@@ -92,9 +97,11 @@ class Request:
 class Engine:
     """Runs the requests of one :class:`~mobius_runtime.pipeline.Pipeline` in batched steps."""
 
-    def __init__(self, pipeline: Any, max_batch: int = 8, max_queue: int = 64) -> None:
-        if max_batch < 1 or max_queue < 0:
-            raise ValueError("max_batch must be >= 1 and max_queue >= 0")
+    def __init__(
+        self, pipeline: Any, max_batch: int = 8, max_queue: int = 64, prefix_cache_mb: float = 0.0
+    ) -> None:
+        if max_batch < 1 or max_queue < 0 or prefix_cache_mb < 0:
+            raise ValueError("max_batch must be >= 1, max_queue and prefix_cache_mb >= 0")
         self.pipeline = pipeline
         self.batcher = Batcher(pipeline)
         self.max_batch = max_batch
@@ -110,6 +117,9 @@ class Engine:
         self.steps = 0  # decode steps run (all cohorts of one loop count once)
         self.peak_batch = 0  # the most requests one decode step has served
         self.prefills = 0  # prompts prefilled (a group of n choices counts once)
+        # KV rows of recent text prompts (None: off); see mobius_runtime.prefix_cache
+        budget = int(prefix_cache_mb * 1024 * 1024)
+        self.cache = PrefixCache(budget, SEQ_AXIS) if budget else None
         self.finished: collections.Counter[str] = collections.Counter()  # by finish reason
 
     # ------------------------------------------------------------------ public
@@ -261,12 +271,20 @@ class Engine:
         if self.context is not None:
             capacity = min(capacity, self.context)
         self.prefills += 1
+        # only text prompts use the cache: media soft tokens carry features ids do not name
+        cache = self.cache if set(request.caller) == {"input_ids"} else None
+        ids = np.asarray(request.caller["input_ids"])[0].tolist()
         try:
-            logits, cohort = self.batcher.prefill(request.caller, capacity)
+            hit = cache.lookup(ids) if cache is not None else None
+            logits, cohort = self.batcher.prefill(request.caller, capacity, hit)
+            if cache is not None:
+                cache.add(ids, self.batcher.rows(cohort, len(ids)))
         except Exception as exc:
             for member in members:
                 self._fail(member, exc)
             return
+        for member in members:
+            member.cached_tokens = hit.length if hit is not None else 0
         first = time.perf_counter()
         for member in members:
             member.caller = {}  # media arrays are no longer needed
@@ -332,17 +350,20 @@ class Engine:
         ttft = ((request.first or now) - request.submitted) * 1000.0
         rate = (n - 1) / (now - request.first) if request.first and n > 1 else 0.0
         logprobs = None if request.sampling.logprobs is None else row.logprobs
-        finished = Finished(text, reason, request.prompt_tokens, n, ttft, rate, logprobs)
+        cached = request.cached_tokens
+        finished = Finished(text, reason, request.prompt_tokens, n, ttft, rate, logprobs, cached)
         request.first = None  # marks it done: its row leaves the cohort
         self.finished[reason] += 1
         log.info(
-            "%s prompt_tokens=%d completion_tokens=%d ttft_ms=%.1f tokens_per_s=%.1f finish=%s",
+            "%s prompt_tokens=%d completion_tokens=%d ttft_ms=%.1f tokens_per_s=%.1f finish=%s"
+            " cached_tokens=%d",
             request.id,
             request.prompt_tokens,
             n,
             ttft,
             rate,
             reason,
+            cached,
         )
         request.sink("done", finished)
 

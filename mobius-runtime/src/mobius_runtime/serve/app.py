@@ -538,6 +538,7 @@ def _usage(done: list[Finished]) -> dict[str, int]:
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": done[0].cached_tokens},
     }
 
 

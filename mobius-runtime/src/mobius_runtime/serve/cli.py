@@ -65,6 +65,15 @@ def serve(
             help="Requests waiting beyond the free batch slots before 429 (0: no queue).",
         ),
     ] = 64,
+    prefix_cache_mb: Annotated[
+        float,
+        typer.Option(
+            "--prefix-cache-mb",
+            min=0.0,
+            help="Keep recent prompts' KV rows (LRU, this many MB) for prompts that begin "
+            "alike (0: off).",
+        ),
+    ] = 0.0,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     threads: Annotated[int | None, typer.Option("--threads", help="onnxruntime threads.")] = None,
     allow_remote_media: Annotated[
@@ -105,8 +114,7 @@ def serve(
             port,
             model_name,
             api_key,
-            max_batch,
-            max_queue,
+            (max_batch, max_queue, prefix_cache_mb),
             device,
             threads,
             {
@@ -173,8 +181,7 @@ def _server(
     port: int,
     model_name: str | None,
     api_key: str | None,
-    max_batch: int,
-    max_queue: int,
+    batching: tuple[int, int, float],
     device: str,
     threads: int | None,
     options: dict[str, Any],
@@ -208,7 +215,10 @@ def _server(
         )
     if api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("listening on %s without --api-key: anyone who can reach it may use it", host)
-    engine = Engine(pipeline, max_batch=max_batch, max_queue=max_queue)
+    max_batch, max_queue, prefix_cache_mb = batching
+    engine = Engine(
+        pipeline, max_batch=max_batch, max_queue=max_queue, prefix_cache_mb=prefix_cache_mb
+    )
     name = model_name or package.resolve().name
     settings = Settings(engine, name, api_key, **options)
 

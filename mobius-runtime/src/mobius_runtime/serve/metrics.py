@@ -10,7 +10,9 @@ Each app has its own registry (two servers in one process do not share counts):
   (histograms; one observation per finished request: its mean gap between tokens);
 - ``mobius_finished_total{reason}``: finished rows by the runtime's finish reason;
 - ``mobius_queue_depth``, ``mobius_batch_size`` (rows in the current decode step) and
-  ``mobius_batch_size_peak``: read from the engine when scraped.
+  ``mobius_batch_size_peak``: read from the engine when scraped;
+- with a prefix cache: ``mobius_prefix_cache_hits_total``, ``..._misses_total`` and
+  ``..._tokens_total`` (prompt ids served from kept KV rows).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class _Finished:
-    """A collector of the engine's finished rows by reason (its own counter, read live)."""
+    """A collector of the engine's own counters, read live: finished rows by reason and
+    the prefix cache's hits."""
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
@@ -48,6 +51,18 @@ class _Finished:
         for reason, count in sorted(self.engine.finished.items()):
             family.add_metric([str(reason)], count)
         yield family
+        cache = self.engine.cache
+        if cache is not None:
+            for name, text, value in (
+                ("mobius_prefix_cache_hits", "Prompts that reused kept KV rows", cache.hits),
+                ("mobius_prefix_cache_misses", "Text prompts with no kept prefix", cache.misses),
+                (
+                    "mobius_prefix_cache_tokens",
+                    "Prompt ids served from kept rows",
+                    cache.cached_tokens,
+                ),
+            ):
+                yield CounterMetricFamily(name, text, value=value)
 
 
 class Metrics:
