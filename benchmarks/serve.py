@@ -30,9 +30,14 @@ workload with no constraint, with every request constrained to one JSON object
 token), and with every other request constrained: constrained vs free decoding tok/s,
 and what constrained rows cost the free rows beside them.
 
+With ``--prefix``, rows ``<package>/nocache`` and ``/cache`` run the engine workload
+with every prompt a shared ``--prefix-len``-token "system prompt" (500) followed by its
+own question, with the prefix cache off and on (``prefix_cache_mb=256``): TTFT p50 / p99
+and aggregate tok/s.
+
 Usage: python benchmarks/serve.py [--which tiny mid] [--clients 1 4 8] [--requests 8]
                                   [--new 64] [--runs 1] [--threads 2] [--max-batch 8]
-                                  [--engine] [--constrained]
+                                  [--engine] [--constrained] [--prefix [--prefix-len 500]]
                                   [--client-threads | --both-client-modes]
 Goal (not asserted): 8 clients >= 3x the aggregate tokens/s of one client on CPU.
 """
@@ -236,7 +241,8 @@ def _run_threads(target: Any, n: int) -> float:
 
 
 def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: int,
-                   threads: int, max_batch: int, constrain: str = "none") -> dict[str, float]:  # fmt: skip
+                   threads: int, max_batch: int, constrain: str = "none",
+                   cache_mb: float = 0.0) -> dict[str, float]:  # fmt: skip
     """The same workload through ``Engine`` in this process: no HTTP, no JSON, no client.
 
     ``constrain``: ``none``, ``all`` (every request one JSON object) or ``half``.
@@ -248,7 +254,9 @@ def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: i
     global _PIPELINE
     if _PIPELINE is None or _PIPELINE[0] != package:
         _PIPELINE = (package, Pipeline.load(package, device="cpu", threads=threads))
-    engine = Engine(_PIPELINE[1], max_batch=max_batch, max_queue=len(prompts))
+    engine = Engine(
+        _PIPELINE[1], max_batch=max_batch, max_queue=len(prompts), prefix_cache_mb=cache_mb
+    )
     constraint = None
     if constrain != "none":
         from mobius_runtime.constrained import Constraint
@@ -354,6 +362,13 @@ def main() -> None:
         "(rows <package>/free, /json, /mix)",
     )
     ap.add_argument(
+        "--prefix",
+        action="store_true",
+        help="also run the engine workload with one shared prompt prefix, prefix cache off "
+        "and on (rows <package>/nocache, /cache)",
+    )
+    ap.add_argument("--prefix-len", type=int, default=500, help="tokens of the shared prefix")
+    ap.add_argument(
         "--client-threads",
         action="store_true",
         help="run the HTTP clients as threads of this process (the old way: they share one "
@@ -386,6 +401,16 @@ def main() -> None:
                 max_batch=args.max_batch,
             )  # fmt: skip
             _rows(f"{which}/eng", args, lambda c, run=engine_row: run(clients=c))
+        if args.prefix:
+            shared = [2, *rng.integers(7, 500, size=args.prefix_len - 1).tolist()]
+            asks = [[*shared, *rng.integers(7, 500, size=16).tolist()]
+                    for _ in range(args.requests)]  # fmt: skip
+            for label, mb in (("nocache", 0.0), ("cache", 256.0)):
+                row = functools.partial(
+                    run_engine_row, package, asks, new=args.new, threads=args.threads,
+                    max_batch=args.max_batch, cache_mb=mb,
+                )  # fmt: skip
+                _rows(f"{which}/{label}", args, lambda c, run=row: run(clients=c))
         if args.constrained:
             for label, mode in (("free", "none"), ("json", "all"), ("mix", "half")):
                 row = functools.partial(

@@ -137,3 +137,35 @@ def test_bad_response_formats_are_400_naming_the_field(server, form, param):
         )
     error = bad.value.body
     assert error["param"].startswith(param), error
+
+
+def _nested(levels: int) -> str:
+    """A JSON schema nested ``levels`` objects deep, as JSON text (the client's encoder
+    would recurse too deep on it)."""
+    head = '{"type":"object","required":["a"],"properties":{"a":'
+    return head * levels + '{"type":"string"}' + "}}" * levels
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [_nested(3000), json.dumps({"enum": [f"v{i}" for i in range(100_000)]})],
+    ids=["3000-levels-deep", "100k-enum"],
+)
+def test_hostile_schemas_are_refused_in_bounded_time(server, schema):
+    """Schemas past the parser's or the grammar compiler's limits are a 400, not a 500
+    or a stalled server."""
+    import time
+
+    import httpx
+
+    body = (
+        '{"model": "tiny", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], '
+        '"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": '
+        + schema
+        + "}}}"
+    )
+    start = time.monotonic()
+    r = httpx.post(server.url + "/v1/chat/completions", content=body, timeout=60,
+                   headers={"content-type": "application/json"})  # fmt: skip
+    assert time.monotonic() - start <= 30  # a bound on hostile input, not a speed figure
+    assert r.status_code == 400, r.text[:300]
