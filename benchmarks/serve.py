@@ -35,10 +35,17 @@ with every prompt a shared ``--prefix-len``-token "system prompt" (500) followed
 own question, with the prefix cache off and on (``prefix_cache_mb=256``): TTFT p50 / p99
 and aggregate tok/s.
 
+With ``--ray``, the server is ``mobius serve --ray`` (a local Ray instance, started
+anew for each ``--replicas`` count, default 1 and 2; ``--replica-cpus`` each), rows
+``<package>/rayN``, then a line with N replicas' aggregate tok/s over 1 replica's at each
+client count. On one small machine the replicas share its cores, so expect about 1x;
+on a machine (or cluster) with a core set per replica, the ratio is the scaling.
+
 Usage: python benchmarks/serve.py [--which tiny mid] [--clients 1 4 8] [--requests 8]
                                   [--new 64] [--runs 1] [--threads 2] [--max-batch 8]
                                   [--engine] [--constrained] [--prefix [--prefix-len 500]]
                                   [--client-threads | --both-client-modes]
+                                  [--ray [--replicas 1 2] [--replica-cpus 1]]
 Goal (not asserted): 8 clients >= 3x the aggregate tokens/s of one client on CPU.
 """
 
@@ -83,11 +90,12 @@ def package_for(which: str) -> Path:
     return out
 
 
-def start_server(package: Path, threads: int, max_batch: int) -> tuple[subprocess.Popen, str]:
+def start_server(package: Path, threads: int, max_batch: int,
+                 extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:  # fmt: skip
     code = "import sys; from mobius.cli import main; sys.exit(main())"
     args = [sys.executable, "-c", code, "serve", str(package), "--port", "0",
             "--device", "cpu", "--threads", str(threads), "--max-batch", str(max_batch),
-            "--model-name", "bench"]  # fmt: skip
+            "--model-name", "bench", *extra]  # fmt: skip
     proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     deadline = time.monotonic() + 300
     for line in proc.stderr:  # type: ignore[union-attr]
@@ -380,6 +388,16 @@ def main() -> None:
         help="run the HTTP rows twice on the same server: clients as processes (<package>/proc) "
         "and as threads (<package>/thr)",
     )
+    ap.add_argument(
+        "--ray",
+        action="store_true",
+        help="serve with `mobius serve --ray` (a local Ray instance) instead, once per "
+        "--replicas count (rows <package>/rayN), and print N replicas' tok/s over 1's",
+    )
+    ap.add_argument("--replicas", nargs="+", type=int, default=[1, 2], help="with --ray")
+    ap.add_argument(
+        "--replica-cpus", type=float, default=1.0, help="with --ray: Ray CPUs per replica"
+    )
     args = ap.parse_args()
     if args.both_client_modes:
         modes = ["process", "thread"]
@@ -418,12 +436,12 @@ def main() -> None:
                     max_batch=args.max_batch, constrain=mode,
                 )  # fmt: skip
                 _rows(f"{which}/{label}", args, lambda c, run=row: run(clients=c))
+        if args.ray:
+            _ray_rows(which, package, prompts, args)
+            continue
         proc, url = start_server(package, args.threads, args.max_batch)
         try:
-            import httpx
-
-            with httpx.Client() as http:
-                one_request(http, url, prompts[0], 4)  # warm-up
+            _warm(url, prompts)
             for mode in modes:
                 short = {"process": "proc", "thread": "thr"}[mode]
                 label = which if len(modes) == 1 else f"{which}/{short}"
@@ -434,11 +452,44 @@ def main() -> None:
             proc.wait(30)
 
 
-def _rows(label: str, args: Any, run: Any) -> None:
+def _warm(url: str, prompts: list[list[int]]) -> None:
+    import httpx
+
+    with httpx.Client() as http:
+        one_request(http, url, prompts[0], 4)
+
+
+def _ray_rows(which: str, package: Path, prompts: list[list[int]], args: Any) -> None:
+    """The workload against `mobius serve --ray` with each replica count (a fresh local Ray
+    instance per count), then N replicas' aggregate tok/s over 1's at each client count."""
+    by_count: dict[int, list[dict[str, float]]] = {}
+    for n in args.replicas:
+        extra = ("--ray", "--replicas", str(n), "--replica-cpus", str(args.replica_cpus))
+        proc, url = start_server(package, args.threads, args.max_batch, extra)
+        try:
+            for _ in range(2):  # each replica's first request (Ray spreads the two)
+                _warm(url, prompts)
+            run = functools.partial(run_row, url, prompts, new=args.new, mode="process")
+            by_count[n] = _rows(f"{which}/ray{n}", args, run)
+        finally:
+            proc.terminate()  # SIGTERM: the app is deleted, Ray shut down
+            proc.wait(120)
+    if 1 in by_count:
+        for n, rows in by_count.items():
+            if n == 1:
+                continue
+            ratios = ", ".join(f"{r['clients']} cl {r['tok_s'] / one['tok_s']:.2f}x"
+                               for r, one in zip(rows, by_count[1], strict=True))  # fmt: skip
+            print(f"{which}: {n} replicas / 1 replica (tok/s): {ratios}  load {load_average()}")
+
+
+def _rows(label: str, args: Any, run: Any) -> list[dict[str, float]]:
+    out = []
     base = None
     for clients in args.clients:
         rows = [run(clients) for _ in range(args.runs)]
         row = sorted(rows, key=lambda r: r["tok_s"])[len(rows) // 2]  # the median run
+        out.append(row)
         base = base or row["tok_s"]
         print(
             f"{label:10} {clients:>7} {row['tokens']:>6} {row['wall_s']:>7.2f} "
@@ -447,6 +498,7 @@ def _rows(label: str, args: Any, run: Any) -> None:
             f"{row['tpot_p50']:>10.2f} {row['tpot_p99']:>7.2f}  {load_average()}",
             flush=True,
         )
+    return out
 
 
 if __name__ == "__main__":

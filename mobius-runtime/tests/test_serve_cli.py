@@ -27,10 +27,12 @@ ENDLESS = [[2, *np.random.default_rng(s).integers(7, 500, size=8).tolist()]
            for s in (12, 22, 29, 42, 44, 48)]  # fmt: skip
 
 
-def _start(package, max_batch: int = 4) -> tuple[subprocess.Popen, str, list[str]]:
+def _start(
+    package, max_batch: int = 4, extra: tuple[str, ...] = (), wait_s: float = 120
+) -> tuple[subprocess.Popen, str, list[str]]:
     code = "import sys; from mobius.cli import main; sys.exit(main())"
     args = [sys.executable, "-c", code, "serve", str(package), "--port", "0", "--device", "cpu",
-            "--threads", "1", "--max-batch", str(max_batch)]  # fmt: skip
+            "--threads", "1", "--max-batch", str(max_batch), *extra]  # fmt: skip
     proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     lines: list[str] = []
     found: list[str] = []
@@ -46,7 +48,7 @@ def _start(package, max_batch: int = 4) -> tuple[subprocess.Popen, str, list[str
         ready.set()
 
     threading.Thread(target=read, daemon=True).start()
-    if not ready.wait(120) or not found:
+    if not ready.wait(wait_s) or not found:
         proc.kill()
         pytest.fail("the server did not start:\n" + "".join(lines[-20:]))
     return proc, found[0], lines

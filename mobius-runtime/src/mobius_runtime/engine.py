@@ -196,6 +196,11 @@ class Engine:
     def queued(self) -> int:
         return len(self._waiting)
 
+    @property
+    def running(self) -> bool:
+        """The engine thread was started and has not ended (a replica's health check)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self, timeout: float = 5.0) -> None:
         """Refuse new requests, cancel queued and running ones, join the thread."""
         with self._cond:

@@ -115,12 +115,7 @@ def create_app(settings: Settings) -> FastAPI:
     media.limit_image_pixels()
 
     def authorized(request: Request) -> None:
-        if settings.api_key is None:
-            return
-        scheme, _, key = request.headers.get("authorization", "").partition(" ")
-        raw = key.encode("latin-1")  # Starlette decoded the header's bytes as Latin-1
-        if scheme.lower() != "bearer" or not secrets.compare_digest(raw, settings.api_key):
-            raise ApiError(401, "missing or wrong API key", None, "invalid_api_key")
+        check_key(settings.api_key, request)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -188,6 +183,17 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
+def check_key(api_key: bytes | None, request: Request) -> None:
+    """A 401 unless ``request`` carries ``Authorization: Bearer KEY`` (any request when
+    ``api_key`` is None). Also the Ray ingress's check (:mod:`~mobius_runtime.serve.ray_app`)."""
+    if api_key is None:
+        return
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    raw = key.encode("latin-1")  # Starlette decoded the header's bytes as Latin-1
+    if scheme.lower() != "bearer" or not secrets.compare_digest(raw, api_key):
+        raise ApiError(401, "missing or wrong API key", None, "invalid_api_key")
+
+
 def _model_card(settings: Settings) -> dict[str, Any]:
     return {
         "id": settings.model_name,
@@ -235,13 +241,17 @@ class BodyLimit:
 
 def _check_model(settings: Settings, name: str) -> None:
     if name != settings.model_name:
-        shown = name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN] + f"… ({len(name)} chars)"
-        raise ApiError(
-            404,
-            f"the model {shown!r} does not exist; this server serves {settings.model_name!r}",
-            "model",
-            "model_not_found",
-        )
+        raise unknown_model(name, repr(settings.model_name))
+
+
+def unknown_model(name: str, served: str) -> ApiError:
+    """The 404 for a request naming a model this server does not serve (``served``: the
+    names it serves, as quoted in the message)."""
+    shown = name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN] + f"… ({len(name)} chars)"
+    return ApiError(
+        404, f"the model {shown!r} does not exist; this server serves {served}", "model",
+        "model_not_found",
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------- inputs

@@ -28,7 +28,10 @@ log = logging.getLogger("mobius_runtime.serve")
 
 def serve(
     ctx: typer.Context,
-    package: Annotated[Path, typer.Argument(help="Model package folder (has mobius.json).")],
+    packages: Annotated[
+        list[Path],
+        typer.Argument(help="Model package folder (has mobius.json); with --ray, one or more."),
+    ],
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
     port: Annotated[
         int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one).")
@@ -103,13 +106,74 @@ def serve(
         ),
     ] = True,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+    ray: Annotated[
+        bool,
+        typer.Option(
+            "--ray",
+            help="Serve as a Ray Serve application: replicas, autoscaling, several packages "
+            "(needs mobius-runtime[ray]).",
+        ),
+    ] = False,
+    replicas: Annotated[
+        int | None, typer.Option("--replicas", min=1, help="With --ray: replicas per package.")
+    ] = None,
+    autoscale: Annotated[
+        str | None,
+        typer.Option("--autoscale", help="With --ray: MIN:MAX replicas per package, autoscaled."),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="With --ray: join this cluster (default: start one)."),
+    ] = None,
+    replica_cpus: Annotated[
+        float | None, typer.Option("--replica-cpus", min=0, help="With --ray: CPUs per replica.")
+    ] = None,
+    replica_gpus: Annotated[
+        float | None, typer.Option("--replica-gpus", min=0, help="With --ray: GPUs per replica.")
+    ] = None,
+    write_ray_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--write-ray-config",
+            help="With --ray: write a Ray Serve config file for `serve deploy` and exit.",
+        ),
+    ] = None,
 ) -> None:
     """Serve PACKAGE over the OpenAI HTTP API (chat, completions, streaming, batching)."""
+    options = {
+        "allow_remote_media": allow_remote_media,
+        "allow_private_media": allow_private_media,
+        "max_request_mb": max_request_mb,
+        "literal_special": literal_special,
+        "cors_origins": tuple(cors_origin or ()),
+    }
+    ray_flags = {
+        "--replicas": replicas,
+        "--autoscale": autoscale,
+        "--ray-address": ray_address,
+        "--replica-cpus": replica_cpus,
+        "--replica-gpus": replica_gpus,
+        "--write-ray-config": write_ray_config,
+    }
     try:
         if api_key_file is not None:
             api_key = _key_from(api_key_file, api_key)
+        if ray:
+            from mobius_runtime.serve.ray_app import serve_on_ray
+
+            if prefix_cache_mb:
+                raise MobiusError(
+                    "--prefix-cache-mb is not passed to Ray Serve replicas yet",
+                    where="--prefix-cache-mb",
+                    fix="drop --prefix-cache-mb with --ray, or serve without --ray",
+                )
+            serve_on_ray(packages, host, port, ray_flags, model_name, api_key=api_key,
+                         max_batch=max_batch, max_queue=max_queue, device=device,
+                         threads=threads, settings=options)  # fmt: skip
+            return
+        _single(packages, ray_flags)
         server = _server(
-            package,
+            packages[0],
             host,
             port,
             model_name,
@@ -117,13 +181,7 @@ def serve(
             (max_batch, max_queue, prefix_cache_mb),
             device,
             threads,
-            {
-                "allow_remote_media": allow_remote_media,
-                "allow_private_media": allow_private_media,
-                "max_request_mb": max_request_mb,
-                "literal_special": literal_special,
-                "cors_origins": tuple(cors_origin or ()),
-            },
+            options,
         )
     except MobiusError as exc:
         if is_debug(ctx, debug):  # `mobius --debug serve` as well as `serve --debug`
@@ -175,6 +233,23 @@ def _key_from(path: Path, given: str | None) -> str:
     return key
 
 
+def _single(packages: list[Path], ray_flags: dict[str, Any]) -> None:
+    """Without --ray: one package, and no flag that only --ray reads."""
+    given = [flag for flag, value in ray_flags.items() if value is not None]
+    if given:
+        raise MobiusError(
+            f"{', '.join(given)} only apply to a Ray Serve application",
+            where=given[0],
+            fix="add --ray (needs mobius-runtime[ray]), or drop " + ", ".join(given),
+        )
+    if len(packages) > 1:
+        raise MobiusError(
+            f"{len(packages)} packages given; one `mobius serve` process serves one",
+            where="PACKAGE",
+            fix="serve one package, or serve several in one application with --ray",
+        )
+
+
 def _server(
     package: Path,
     host: str,
@@ -199,7 +274,6 @@ def _server(
         ) from None
     from mobius_runtime.cli import require_package
     from mobius_runtime.engine import Engine
-    from mobius_runtime.errors import RequestError
     from mobius_runtime.pipeline import Pipeline
 
     require_package(package)
@@ -207,12 +281,7 @@ def _server(
     sock = _bind(host, port)  # before loading: a busy port fails in seconds, not minutes
     log.info("loading %s (device %s)", package, device)
     pipeline = Pipeline.load(package, device=device, threads=threads)
-    if pipeline.plan.logits is None:
-        raise RequestError(
-            "this package has no logits output, so it cannot generate",
-            where="mobius.json: contract.outputs",
-            fix="serve a text-generation package",
-        )
+    require_logits(pipeline)
     if api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("listening on %s without --api-key: anyone who can reach it may use it", host)
     max_batch, max_queue, prefix_cache_mb = batching
@@ -241,6 +310,18 @@ def _server(
     server = _make_server(config, name, settings)
     server.socket = sock
     return server
+
+
+def require_logits(pipeline: Any) -> None:
+    """A one-line error for a package that cannot generate (no logits output)."""
+    from mobius_runtime.errors import RequestError
+
+    if pipeline.plan.logits is None:
+        raise RequestError(
+            "this package has no logits output, so it cannot generate",
+            where="mobius.json: contract.outputs",
+            fix="serve a text-generation package",
+        )
 
 
 def _bind(host: str, port: int) -> socket.socket:
