@@ -423,19 +423,12 @@ def main() -> None:
             shared = [2, *rng.integers(7, 500, size=args.prefix_len - 1).tolist()]
             asks = [[*shared, *rng.integers(7, 500, size=16).tolist()]
                     for _ in range(args.requests)]  # fmt: skip
-            for label, mb in (("nocache", 0.0), ("cache", 256.0)):
-                row = functools.partial(
-                    run_engine_row, package, asks, new=args.new, threads=args.threads,
-                    max_batch=args.max_batch, cache_mb=mb,
-                )  # fmt: skip
-                _rows(f"{which}/{label}", args, lambda c, run=row: run(clients=c))
+            variants = [("nocache", {"cache_mb": 0.0}), ("cache", {"cache_mb": 256.0})]
+            _engine_variants(which, package, asks, args, variants)
         if args.constrained:
-            for label, mode in (("free", "none"), ("json", "all"), ("mix", "half")):
-                row = functools.partial(
-                    run_engine_row, package, prompts, new=args.new, threads=args.threads,
-                    max_batch=args.max_batch, constrain=mode,
-                )  # fmt: skip
-                _rows(f"{which}/{label}", args, lambda c, run=row: run(clients=c))
+            variants = [(label, {"constrain": mode})
+                        for label, mode in (("free", "none"), ("json", "all"), ("mix", "half"))]  # fmt: skip
+            _engine_variants(which, package, prompts, args, variants)
         if args.ray:
             _ray_rows(which, package, prompts, args)
             continue
@@ -481,6 +474,17 @@ def _ray_rows(which: str, package: Path, prompts: list[list[int]], args: Any) ->
             ratios = ", ".join(f"{r['clients']} cl {r['tok_s'] / one['tok_s']:.2f}x"
                                for r, one in zip(rows, by_count[1], strict=True))  # fmt: skip
             print(f"{which}: {n} replicas / 1 replica (tok/s): {ratios}  load {load_average()}")
+
+
+def _engine_variants(which: str, package: Path, prompts: list[list[int]], args: Any,
+                     variants: list[tuple[str, dict[str, Any]]]) -> None:  # fmt: skip
+    """Rows ``<which>/<label>`` of the engine workload, one per (label, run_engine_row options)."""
+    for label, options in variants:
+        row = functools.partial(
+            run_engine_row, package, prompts, new=args.new, threads=args.threads,
+            max_batch=args.max_batch, **options,
+        )  # fmt: skip
+        _rows(f"{which}/{label}", args, lambda c, run=row: run(clients=c))
 
 
 def _rows(label: str, args: Any, run: Any) -> list[dict[str, float]]:
