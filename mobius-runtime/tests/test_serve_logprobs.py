@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 openai = pytest.importorskip("openai")
+pytest.importorskip("fastapi")
 
 PROMPT = [2, 17, 230, 41, 99, 5, 311]
 MESSAGES = [{"role": "user", "content": "Count to five."}]

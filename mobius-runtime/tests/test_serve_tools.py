@@ -1,6 +1,6 @@
 """Tools through `mobius serve` with the official ``openai`` client, on the bundled tiny
-Qwen3 with a tool-aware ChatML template written for these tests (calls as
-``<tool_call>{...}</tool_call>``, the format Qwen's templates teach).
+Gemma 4 (in the runtime's test extra) with a tool-aware ChatML template written for
+these tests (calls as ``<tool_call>{...}</tool_call>``, the format Qwen's templates teach).
 
 - ``tool_choice="required"`` / a named function: the reply is constrained, so it is
   always a parsable call whose arguments validate against the function's parameters.
@@ -27,7 +27,7 @@ pytest.importorskip("llguidance")
 
 from mobius_runtime.tools import ToolFormat, calls_schema, format_for, parse_forced  # noqa: E402
 
-TINY_QWEN3 = Path(__file__).resolve().parents[2] / "testdata" / "tiny-qwen3"
+TINY = Path(__file__).resolve().parents[2] / "testdata" / "tiny-gemma4"
 
 TEMPLATE = """\
 {%- if tools %}<|im_start|>system
@@ -82,13 +82,13 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def tool_package(tmp_path_factory):
-    if not (TINY_QWEN3 / "config.json").is_file():
-        pytest.skip("testdata/tiny-qwen3 is not present")
-    pytest.importorskip("mobius_qwen3")
+    if not (TINY / "config.json").is_file():
+        pytest.skip("testdata/tiny-gemma4 is not present")
+    pytest.importorskip("mobius_gemma4")
     import mobius
 
-    source = tmp_path_factory.mktemp("qwen3-tools") / "ckpt"
-    shutil.copytree(TINY_QWEN3, source)
+    source = tmp_path_factory.mktemp("tools") / "ckpt"
+    shutil.copytree(TINY, source)
     (source / "chat_template.jinja").write_text(TEMPLATE, encoding="utf-8")
     out = source.parent / "pkg"
     mobius.build(str(source), str(out), target="cpu")
