@@ -24,6 +24,17 @@ the server-sent events; ``--client-threads`` runs them as threads of the benchma
 process instead (the old way), ``--both-client-modes`` runs both against the same
 server (rows ``<package>/proc`` and ``<package>/thr``).
 
+With ``--constrained``, rows ``<package>/free``, ``/json`` and ``/mix`` run the engine
+workload with no constraint, with every request constrained to one JSON object
+(``response_format: {"type": "json_object"}``: llguidance's mask applied to its row each
+token), and with every other request constrained: constrained vs free decoding tok/s,
+and what constrained rows cost the free rows beside them.
+
+With ``--prefix``, rows ``<package>/nocache`` and ``/cache`` run the engine workload
+with every prompt a shared ``--prefix-len``-token "system prompt" (500) followed by its
+own question, with the prefix cache off and on (``prefix_cache_mb=256``): TTFT p50 / p99
+and aggregate tok/s.
+
 With ``--ray``, the server is ``mobius serve --ray`` (a local Ray instance, started
 anew for each ``--replicas`` count, default 1 and 2; ``--replica-cpus`` each), rows
 ``<package>/rayN``, then a line with N replicas' aggregate tok/s over 1 replica's at each
@@ -32,7 +43,8 @@ on a machine (or cluster) with a core set per replica, the ratio is the scaling.
 
 Usage: python benchmarks/serve.py [--which tiny mid] [--clients 1 4 8] [--requests 8]
                                   [--new 64] [--runs 1] [--threads 2] [--max-batch 8]
-                                  [--engine] [--client-threads | --both-client-modes]
+                                  [--engine] [--constrained] [--prefix [--prefix-len 500]]
+                                  [--client-threads | --both-client-modes]
                                   [--ray [--replicas 1 2] [--replica-cpus 1]]
 Goal (not asserted): 8 clients >= 3x the aggregate tokens/s of one client on CPU.
 """
@@ -237,15 +249,40 @@ def _run_threads(target: Any, n: int) -> float:
 
 
 def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: int,
-                   threads: int, max_batch: int) -> dict[str, float]:  # fmt: skip
-    """The same workload through ``Engine`` in this process: no HTTP, no JSON, no client."""
+                   threads: int, max_batch: int, constrain: str = "none",
+                   cache_mb: float = 0.0) -> dict[str, float]:  # fmt: skip
+    """The same workload through ``Engine`` in this process: no HTTP, no JSON, no client.
+
+    ``constrain``: ``none``, ``all`` (every request one JSON object) or ``half``.
+    """
     from mobius_runtime import Pipeline
     from mobius_runtime.engine import Engine
+    from mobius_runtime.sampling import SamplingParams
 
     global _PIPELINE
     if _PIPELINE is None or _PIPELINE[0] != package:
         _PIPELINE = (package, Pipeline.load(package, device="cpu", threads=threads))
-    engine = Engine(_PIPELINE[1], max_batch=max_batch, max_queue=len(prompts))
+    engine = Engine(
+        _PIPELINE[1], max_batch=max_batch, max_queue=len(prompts), prefix_cache_mb=cache_mb
+    )
+    constraint = None
+    if constrain != "none":
+        from mobius_runtime.constrained import Constraint
+        from mobius_runtime.requests import vocab_size
+
+        pipeline = _PIPELINE[1]
+        constraint = Constraint.json_object(
+            pipeline.text, vocab_size(pipeline.manifest), engine.stops
+        )
+    samplings = [
+        SamplingParams(
+            max_tokens=new,
+            constraint=constraint
+            if constrain == "all" or (constrain == "half" and i % 2)
+            else None,
+        )
+        for i in range(len(prompts))
+    ]
     engine.start()
     results: list[dict[str, float]] = []
     lock = threading.Lock()
@@ -257,7 +294,7 @@ def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: i
                 if not todo:
                     return
                 i = todo.pop(0)
-            out = _engine_request(engine, prompts[i], new)
+            out = _engine_request(engine, prompts[i], samplings[i])
             with lock:
                 results.append(out)
 
@@ -269,9 +306,7 @@ def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: i
 _PIPELINE: tuple[Path, Any] | None = None
 
 
-def _engine_request(engine: Any, prompt: list[int], new: int) -> dict[str, float]:
-    from mobius_runtime.sampling import SamplingParams
-
+def _engine_request(engine: Any, prompt: list[int], sampling: Any) -> dict[str, float]:
     done = threading.Event()
     times: list[float] = []
     box: dict[str, Any] = {}
@@ -283,7 +318,7 @@ def _engine_request(engine: Any, prompt: list[int], new: int) -> dict[str, float
             box[kind] = data
             done.set()
 
-    engine.submit({"input_ids": np.asarray([prompt])}, SamplingParams(max_tokens=new), sink)
+    engine.submit({"input_ids": np.asarray([prompt])}, sampling, sink)
     done.wait()
     if "done" not in box:
         raise RuntimeError(f"a request failed: {box}")
@@ -329,6 +364,19 @@ def main() -> None:
         "batching without HTTP, JSON and client costs",
     )
     ap.add_argument(
+        "--constrained",
+        action="store_true",
+        help="also run the engine workload free, constrained to JSON, and half constrained "
+        "(rows <package>/free, /json, /mix)",
+    )
+    ap.add_argument(
+        "--prefix",
+        action="store_true",
+        help="also run the engine workload with one shared prompt prefix, prefix cache off "
+        "and on (rows <package>/nocache, /cache)",
+    )
+    ap.add_argument("--prefix-len", type=int, default=500, help="tokens of the shared prefix")
+    ap.add_argument(
         "--client-threads",
         action="store_true",
         help="run the HTTP clients as threads of this process (the old way: they share one "
@@ -371,6 +419,16 @@ def main() -> None:
                 max_batch=args.max_batch,
             )  # fmt: skip
             _rows(f"{which}/eng", args, lambda c, run=engine_row: run(clients=c))
+        if args.prefix:
+            shared = [2, *rng.integers(7, 500, size=args.prefix_len - 1).tolist()]
+            asks = [[*shared, *rng.integers(7, 500, size=16).tolist()]
+                    for _ in range(args.requests)]  # fmt: skip
+            variants = [("nocache", {"cache_mb": 0.0}), ("cache", {"cache_mb": 256.0})]
+            _engine_variants(which, package, asks, args, variants)
+        if args.constrained:
+            variants = [(label, {"constrain": mode})
+                        for label, mode in (("free", "none"), ("json", "all"), ("mix", "half"))]  # fmt: skip
+            _engine_variants(which, package, prompts, args, variants)
         if args.ray:
             _ray_rows(which, package, prompts, args)
             continue
@@ -416,6 +474,17 @@ def _ray_rows(which: str, package: Path, prompts: list[list[int]], args: Any) ->
             ratios = ", ".join(f"{r['clients']} cl {r['tok_s'] / one['tok_s']:.2f}x"
                                for r, one in zip(rows, by_count[1], strict=True))  # fmt: skip
             print(f"{which}: {n} replicas / 1 replica (tok/s): {ratios}  load {load_average()}")
+
+
+def _engine_variants(which: str, package: Path, prompts: list[list[int]], args: Any,
+                     variants: list[tuple[str, dict[str, Any]]]) -> None:  # fmt: skip
+    """Rows ``<which>/<label>`` of the engine workload, one per (label, run_engine_row options)."""
+    for label, options in variants:
+        row = functools.partial(
+            run_engine_row, package, prompts, new=args.new, threads=args.threads,
+            max_batch=args.max_batch, **options,
+        )  # fmt: skip
+        _rows(f"{which}/{label}", args, lambda c, run=row: run(clients=c))
 
 
 def _rows(label: str, args: Any, run: Any) -> list[dict[str, float]]:

@@ -36,6 +36,7 @@ def running(
     max_queue: int = 16,
     start_engine: bool = True,
     allow_remote_media: bool = False,
+    prefix_cache_mb: float = 0.0,
     **options: Any,
 ) -> Iterator[Running]:
     """Serve ``pipeline`` until the block ends (the engine is started unless told not to).
@@ -47,7 +48,9 @@ def running(
     from mobius_runtime.engine import Engine
     from mobius_runtime.serve.app import Settings, create_app
 
-    engine = Engine(pipeline, max_batch=max_batch, max_queue=max_queue)
+    engine = Engine(
+        pipeline, max_batch=max_batch, max_queue=max_queue, prefix_cache_mb=prefix_cache_mb
+    )
     settings = Settings(engine, name, api_key, allow_remote_media, **options)
     app = create_app(settings)
     sock = socket.socket()

@@ -130,3 +130,30 @@ def test_threads_out_of_range_gives_one_range(app, single_pkg, monkeypatch):
     assert "threads=100 is out of range: the limit is 1 to 8 (4 per CPU core" in result.stderr
     assert "fix: pass a number from 1 to 8 (2, one per core" in result.stderr
     assert "from 1 to 2" not in result.stderr
+
+
+def test_penalty_and_min_p_flags_build_the_same_sampling_as_generate(app, tiny_gqa_package):
+    from mobius_runtime import Pipeline, SamplingParams
+
+    args = [tiny_gqa_package, "--raw", "--prompt", "the the the", "--max-new-tokens", "24",
+            "--device", "cpu", "--json", "--repetition-penalty", "3"]  # fmt: skip
+    greedy = _run(app, *args)
+    assert greedy.exit_code == 0, greedy.output
+    sampled = _run(app, *args, "--sample", "--seed", "2", "--min-p", "0.2")
+    assert sampled.exit_code == 0, sampled.output
+    pipeline = Pipeline.load(tiny_gqa_package, device="cpu", threads=1)
+    for result, params in (
+        (greedy, SamplingParams(max_tokens=24, repetition_penalty=3.0)),
+        (sampled, SamplingParams(max_tokens=24, repetition_penalty=3.0, temperature=1.0,
+                                 seed=2, min_p=0.2)),
+    ):  # fmt: skip
+        want = pipeline.generate(prompt="the the the", sampling=params)
+        assert json.loads(result.stdout.strip().splitlines()[-1])["ids"] == want.ids
+    plain = pipeline.generate(prompt="the the the", max_new_tokens=24)
+    assert json.loads(greedy.stdout.strip().splitlines()[-1])["ids"] != plain.ids
+
+
+def test_min_p_without_sample_is_a_one_line_error(app, single_pkg):
+    result = _run(app, single_pkg, "--prompt", "b", "--min-p", "0.1")
+    assert result.exit_code == 1
+    assert "--min-p given without --sample" in result.stderr and "Traceback" not in result.stderr

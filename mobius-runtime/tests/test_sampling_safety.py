@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mobius_runtime.engine import Engine
-from mobius_runtime.sampling import Sampler, SamplingParams, pick
+from mobius_runtime.errors import RequestError
+from mobius_runtime.sampling import Penalties, Sampler, SamplingParams, pick
 
 VOCAB = 64
 
@@ -51,17 +52,73 @@ def _logits(seed: int, masked: int, scale: float) -> np.ndarray:
     seed=st.integers(0, 2**32),
     masked=st.integers(0, VOCAB - 1),
     scale=st.sampled_from([1e-30, 1.0, 30.0, 1e30, 3e38]),
+    min_p=st.one_of(st.sampled_from([0.0, 5e-324, 1e-9, 0.1, 0.5, 1.0]), st.floats(0.0, 1.0)),
 )
-def test_pick_is_safe_for_every_accepted_setting(temperature, top_k, top_p, seed, masked, scale):
+def test_pick_is_safe_for_every_accepted_setting(
+    temperature, top_k, top_p, seed, masked, scale, min_p
+):
     logits = _logits(seed, masked, scale)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no numpy overflow / invalid-value warning either
         token = pick(logits, do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p,
-                     rng=np.random.default_rng(seed))  # fmt: skip
+                     rng=np.random.default_rng(seed), min_p=min_p)  # fmt: skip
     assert 0 <= token < VOCAB
     assert np.isfinite(logits[token]), "a masked (-inf) token was drawn"
     if top_k:
         assert logits[token] >= np.sort(logits)[-min(top_k, VOCAB)]
+    if min_p > 0:  # its probability (at this temperature) is >= min_p * the best one's
+        scaled = (np.float64(logits[token]) - np.max(logits.astype(np.float64))) / temperature
+        assert scaled >= np.log(min_p) - 1e-9
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    masked=st.integers(0, VOCAB - 1),
+    scale=st.sampled_from([1e-30, 1.0, 30.0, 3e38]),
+    repetition=st.sampled_from([1e-6, 0.5, 1.0, 1.3, 1e6]),
+    presence=st.floats(-2.0, 2.0),
+    frequency=st.floats(-2.0, 2.0),
+)
+def test_penalties_keep_logits_finite_and_masked_tokens_masked(
+    seed, masked, scale, repetition, presence, frequency
+):
+    logits = _logits(seed, masked, scale)
+    params = SamplingParams(repetition_penalty=repetition, presence_penalty=presence,
+                            frequency_penalty=frequency)  # fmt: skip
+    rng = np.random.default_rng(seed)
+    penalties = Penalties(params, prompt=rng.integers(0, VOCAB, size=5).tolist())
+    for token in rng.integers(0, VOCAB + 3, size=8).tolist():  # ids past the row are ignored
+        penalties.push(token)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = penalties.apply(logits)
+    finite = np.isfinite(logits)
+    assert np.isfinite(out[finite]).all() and (out[~finite] == -np.inf).all()
+    greedy = Sampler(SamplingParams(temperature=0.7, seed=seed)).pick(out)
+    assert finite[greedy]
+
+
+def test_penalties_follow_their_definitions():
+    logits = np.array([2.0, -2.0, 1.0, 0.5, 3.0], dtype=np.float32)
+    params = SamplingParams(repetition_penalty=2.0, presence_penalty=0.5, frequency_penalty=0.25)
+    penalties = Penalties(params, prompt=[0, 1])  # the repetition penalty counts the prompt
+    for token in (2, 2, 4):
+        penalties.push(token)
+    out = penalties.apply(logits)
+    # 0, 1: prompt only (repetition: 2 / 2, -2 * 2); 2: twice in the reply (1 / 2 - 0.5 -
+    # 0.25 * 2); 3: never seen; 4: once (3 / 2 - 0.5 - 0.25)
+    assert out.tolist() == [1.0, -4.0, 0.5 - 0.5 - 0.5, 0.5, 1.5 - 0.5 - 0.25]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("min_p", -0.1), ("min_p", 1.5), ("repetition_penalty", 0.0), ("presence_penalty", 2.5),
+     ("frequency_penalty", float("nan")), ("logprobs", 21), ("logprobs", True)],
+)  # fmt: skip
+def test_bad_new_settings_are_refused_naming_them(field, value):
+    with pytest.raises(RequestError, match=field):
+        SamplingParams(**{field: value})
 
 
 def test_a_subnormal_temperature_is_greedy():
@@ -159,8 +216,15 @@ def test_random_sampling_rows_leave_the_other_rows_unchanged(pipeline):
         for prompt in PROMPTS:
             temperature = float(rng.choice(edges_t)) if rng.random() < 0.6 else rng.uniform(0, 2)
             top_p = float(rng.choice(edges_p)) if rng.random() < 0.5 else rng.uniform(1e-6, 1)
+            # min_p and the penalties: off half of the time, else drawn (edges included)
+            more = {} if rng.random() < 0.5 else {
+                "min_p": float(rng.choice([0.0, 1e-300, 0.2, 1.0])),
+                "repetition_penalty": float(rng.choice([1e-6, 1.0, 1.5, 1e6])),
+                "presence_penalty": rng.uniform(-2, 2),
+                "frequency_penalty": rng.uniform(-2, 2),
+            }  # fmt: skip
             sampling = SamplingParams(max_tokens=6, temperature=temperature, top_p=top_p,
-                                seed=int(rng.integers(0, 2**63)))  # fmt: skip
+                                seed=int(rng.integers(0, 2**63)), **more)  # fmt: skip
             requests.append((prompt, sampling, False))
         together = _serve(pipeline, requests, max_batch=len(requests))
         for (prompt, sampling, _), box in zip(requests, together):

@@ -113,7 +113,7 @@ def test_eight_concurrent_clients_get_their_sequential_answers(server, pipeline)
     [
         ({"temperature": 3}, "temperature"),
         ({"top_p": 0}, "top_p"),
-        ({"n": 2}, "n"),
+        ({"n": 17}, "n"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"max_tokens": "many"}, "max_tokens"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
@@ -241,13 +241,17 @@ def test_a_stream_cut_by_shutdown_ends_in_an_error_not_a_finish_reason():
 
     cancelled = Finished("partial", "cancelled", 5, 2, 1.0, 10.0)
     events: asyncio.Queue = asyncio.Queue()
-    events.put_nowait(("delta", "partial"))
-    events.put_nowait(("done", cancelled))
+    events.put_nowait(("delta", "partial", 0))
+    events.put_nowait(("done", cancelled, 0))
     gone: list[object] = []
-    settings = SimpleNamespace(engine=SimpleNamespace(cancel=gone.append), open={events})
+    settings = SimpleNamespace(
+        engine=SimpleNamespace(cancel=gone.append),
+        open={events},
+        pipeline=SimpleNamespace(text=None),
+    )
 
     async def collect() -> list[str]:
-        stream = serve_app._stream(settings, "h", events, {"id": "x"}, True, False)
+        stream = serve_app._stream(settings, ["h"], events, {"id": "x"}, True, False)
         return [part async for part in stream]
 
     parts = asyncio.run(collect())

@@ -113,24 +113,6 @@ def test_an_unexpected_exception_is_a_500_error_object(server, healthy, monkeypa
 # ---------------------------------------------------------------- silent acceptance
 
 
-@pytest.mark.parametrize(
-    ("field", "value"),
-    [
-        ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
-        ("tool_choice", "required"),
-        ("response_format", {"type": "json_object"}),
-        ("logprobs", True),
-        ("top_logprobs", 3),
-    ],
-)
-def test_fields_not_supported_yet_are_a_400_naming_them(server, healthy, field, value):
-    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    for path, body in (("/v1/chat/completions", chat), ("/v1/completions", NORMAL)):
-        error = _error(_post(server.url, {**body, field: value}, path), 400)
-        assert error["param"] == field and error["code"] == "unsupported_parameter"
-        assert error["message"].startswith(f"{field} is not supported yet by mobius serve")
-
-
 def test_fields_that_ask_for_nothing_are_accepted(server):
     want = _normal(server.url)
     quiet = {"tools": [], "tool_choice": "none", "response_format": {"type": "text"},

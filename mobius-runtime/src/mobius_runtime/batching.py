@@ -45,6 +45,7 @@ import numpy as np
 
 from mobius_runtime.feeds import to_numpy, to_ortvalue
 from mobius_runtime.kvshare import GQA_OP, SEQ_AXIS
+from mobius_runtime.prefix_cache import Hit
 
 log = logging.getLogger("mobius_runtime.batching")
 
@@ -156,13 +157,35 @@ class Batcher:
 
     # ------------------------------------------------------------------ steps
 
-    def prefill(self, caller: Mapping[str, Any], capacity: int) -> tuple[np.ndarray, Cohort]:
-        """Run a request's prompt alone; returns its last logits row and its cohort of one."""
-        values = self.executor.step(caller, None, 0, capacity)
-        logits = to_numpy(values[self.plan.logits])[0, -1]
+    def prefill(
+        self, caller: Mapping[str, Any], capacity: int, hit: Hit | None = None
+    ) -> tuple[np.ndarray, Cohort]:
+        """Run a request's prompt alone; returns its last logits row and its cohort of one.
+
+        ``hit``: kept KV rows of the prompt's first ``hit.length`` ids
+        (:mod:`mobius_runtime.prefix_cache`); only the rest of the prompt is prefilled.
+        """
         prompt = int(np.shape(caller["input_ids"])[1])
+        state, past = None, 0
+        if hit is not None:
+            state, past = {}, hit.length
+            for key, (array, kind) in hit.values.items():
+                if key in self._shared:  # in-place buffers are capacity long
+                    array = _pad(array, capacity, RIGHT)
+                state[key] = to_ortvalue(np.ascontiguousarray(array), kind, self.executor.device)
+            caller = {**caller, "input_ids": np.asarray(caller["input_ids"])[:, past:]}
+        values = self.executor.step(caller, state, past, capacity)
+        logits = to_numpy(values[self.plan.logits])[0, -1]
         state = self.executor.next_state(values)
         return logits, Cohort(state, [prompt], [capacity], bool(self._shared))
+
+    def rows(self, cohort: Cohort, length: int) -> dict[str, tuple[np.ndarray, str]]:
+        """A copy of a one-row cohort's first ``length`` positions, as a prefix cache keeps them."""
+        out = {}
+        for key, value in cohort.values.items():
+            array = np.take(to_numpy(value), np.arange(length), axis=SEQ_AXIS)
+            out[key] = (array, value.data_type())
+        return out
 
     def decode(self, cohort: Cohort, tokens: Sequence[int]) -> np.ndarray:
         """One step of every row (``tokens[b]`` is row b's new id); returns logits [B, V]."""

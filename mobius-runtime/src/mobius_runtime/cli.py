@@ -38,6 +38,21 @@ Seed = Annotated[
     int | None,
     typer.Option("--seed", help="Seed (>= 0) for reproducible sampling.", rich_help_panel=SAMPLING),
 ]
+MinP = Annotated[
+    float | None,
+    typer.Option(
+        "--min-p",
+        help="Keep ids at least this share of the best one's probability (0: off).",
+        rich_help_panel=SAMPLING,
+    ),
+]
+RepetitionPenalty = Annotated[
+    float,
+    typer.Option(
+        "--repetition-penalty",
+        help="HF's penalty on ids already in the prompt or reply (> 1 discourages; greedy too).",
+    ),
+]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
 Threads = Annotated[int | None, typer.Option("--threads", help="onnxruntime intra-op threads.")]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks.")]
@@ -57,12 +72,28 @@ def _readable(kind: str, files: list[Path]) -> list[Path]:
     return [check_media_file(path, kind) for path in files]
 
 
-def _sampling(max_new_tokens: int, sample: bool, temperature, top_k, top_p, seed) -> Any:
+def _sampling(
+    max_new_tokens: int,
+    sample: bool,
+    temperature,
+    top_k,
+    top_p,
+    seed,
+    min_p: float | None = None,
+    repetition_penalty: float = 1.0,
+) -> Any:
     """The :class:`SamplingParams` of the flags, checked before loading."""
+    from mobius_runtime.errors import RequestError
     from mobius_runtime.requests import check_sampling
     from mobius_runtime.sampling import SamplingParams
 
     check_sampling(sample, temperature, top_k, top_p, seed, flags=True)
+    if min_p is not None and not sample:
+        raise RequestError(
+            "--min-p given without --sample: greedy decoding would ignore it",
+            where="sampling options",
+            fix="add --sample to sample, or drop --min-p",
+        )
     return SamplingParams.from_options(
         max_new_tokens,
         do_sample=sample,
@@ -70,6 +101,8 @@ def _sampling(max_new_tokens: int, sample: bool, temperature, top_k, top_p, seed
         top_k=top_k or 0,
         top_p=1.0 if top_p is None else top_p,
         seed=seed,
+        min_p=0.0 if min_p is None else min_p,
+        repetition_penalty=repetition_penalty,
     )
 
 
@@ -136,6 +169,8 @@ def run(
     top_k: TopK = None,
     top_p: TopP = None,
     seed: Seed = None,
+    min_p: MinP = None,
+    repetition_penalty: RepetitionPenalty = 1.0,
     device: Device = "auto",
     threads: Threads = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print ids, text, timings.")] = False,
@@ -147,7 +182,9 @@ def run(
     """
     debug = is_debug(ctx, debug)
     try:
-        sampling = _sampling(max_new_tokens, sample, temperature, top_k, top_p, seed)
+        sampling = _sampling(
+            max_new_tokens, sample, temperature, top_k, top_p, seed, min_p, repetition_penalty
+        )
         images, clips = _readable("image", image or []), _readable("audio", audio or [])
         pipeline = _load(package, device, threads)
         if not raw and not pipeline.has_chat_layout:
@@ -208,6 +245,8 @@ def chat(
     top_k: TopK = None,
     top_p: TopP = None,
     seed: Seed = None,
+    min_p: MinP = None,
+    repetition_penalty: RepetitionPenalty = 1.0,
     device: Device = "auto",
     threads: Threads = None,
     stats: Annotated[
@@ -225,7 +264,9 @@ def chat(
 
     debug = is_debug(ctx, debug)
     try:
-        sampling = _sampling(max_new_tokens, sample, temperature, top_k, top_p, seed)
+        sampling = _sampling(
+            max_new_tokens, sample, temperature, top_k, top_p, seed, min_p, repetition_penalty
+        )
         pending = {
             "image": _readable("image", image or []),
             "audio": _readable("audio", audio or []),

@@ -6,18 +6,23 @@ it ends.
 runs one per row of its batched step. Both therefore pick with the same
 :class:`~mobius_runtime.sampling.Sampler`, stop on the same ids, strings and lengths,
 and give the same text for the same ids (:class:`~mobius_runtime.text.TextStream`).
+
+A row's own logits processing happens here too, so it costs that row alone inside a
+batched step: its penalties (:class:`~mobius_runtime.sampling.Penalties`), its grammar
+mask (:mod:`mobius_runtime.constrained`) and its log-probabilities.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
 from mobius_runtime.requests import check_logits
-from mobius_runtime.sampling import Sampler, SamplingParams
+from mobius_runtime.sampling import Penalties, Sampler, SamplingParams
 from mobius_runtime.text import TextStream
 
 
@@ -34,6 +39,30 @@ class FinishReason(StrEnum):
     MAX_TOKENS = "max_new_tokens"  # max_tokens tokens were generated
     CONTEXT = "context_length"  # the model's positions are full
     CANCELLED = "cancelled"  # the caller (or the server's shutdown) ended it
+    GRAMMAR = "grammar"  # the constrained output is complete (its grammar allows no more)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A chosen token's log-probability under the model, and the ``k`` likeliest tokens'."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def token_logprob(logits: np.ndarray, token: int, k: int) -> TokenLogprob:
+    """The log-softmax of the raw ``logits`` (float64) at ``token``, and its top ``k``."""
+    row = np.asarray(logits, dtype=np.float64).reshape(-1)
+    top = float(np.max(row))
+    with np.errstate(under="ignore"):
+        norm = top + float(np.log(np.sum(np.exp(row - top))))
+    best: tuple[tuple[int, float], ...] = ()
+    if k:
+        ids = np.argpartition(-row, min(k, row.size) - 1)[:k]
+        ids = ids[np.argsort(-row[ids], kind="stable")]
+        best = tuple((int(i), float(row[i] - norm)) for i in ids)
+    return TokenLogprob(int(token), float(row[token] - norm), best)
 
 
 class Decoding:
@@ -43,6 +72,7 @@ class Decoding:
     ``context``: the model's positions (None: no cap). ``sampler``: one to continue
     (a conversation keeps its random state across turns); default a fresh one.
     ``live``: pieces are read as they come (else only the final text is decoded).
+    ``prompt``: the prompt's ids (the repetition penalty counts them).
     """
 
     def __init__(
@@ -53,6 +83,7 @@ class Decoding:
         context: int | None,
         sampler: Sampler | None = None,
         live: bool = True,
+        prompt: Sequence[int] = (),
     ) -> None:
         self.params = params
         self.sampler = sampler or Sampler(params)
@@ -62,6 +93,9 @@ class Decoding:
         self.ids = self.stream.ids
         self.reason: FinishReason | None = None
         self.text = ""  # the final text, once the request has ended
+        self.penalties = Penalties(params, prompt) if params.penalized else None
+        self.matcher = None if params.constraint is None else params.constraint.matcher()
+        self.logprobs: list[TokenLogprob] = []  # one per id, when params.logprobs is set
 
     def take(
         self, logits: np.ndarray, past: int, finite: bool = False, greedy: int | None = None
@@ -74,17 +108,30 @@ class Decoding:
         ``greedy``: the row's argmax, already taken (used only when greedy). NaN or
         infinite logits raise :class:`~mobius_runtime.errors.RequestError`.
         """
-        if self.params.greedy:
+        processed = self.penalties is not None or self.matcher is not None
+        if self.params.greedy and not processed:
             token = int(np.argmax(logits)) if greedy is None else greedy
             if not finite and not np.isfinite(logits[token]):  # argmax lands on NaN / +inf
                 check_logits(logits, len(self.ids))
         else:
             if not finite:
                 check_logits(logits, len(self.ids))
-            token = self.sampler.pick(logits)
+            row = logits
+            if self.penalties is not None:
+                row = self.penalties.apply(row)
+            if self.matcher is not None:
+                row = self.matcher.mask(row, self.stop_ids)
+            token = int(np.argmax(row)) if self.params.greedy else self.sampler.pick(row)
+        if self.params.logprobs is not None:
+            self.logprobs.append(token_logprob(logits, token, self.params.logprobs))
+        if self.penalties is not None:
+            self.penalties.push(token)
+        done = self.matcher is not None and self.matcher.accept(token, self.stop_ids)
         piece = self.stream.push(token)
         if token in self.stop_ids:
             self.reason = FinishReason.STOP_ID
+        elif done:
+            self.reason = FinishReason.GRAMMAR
         elif self.stream.stopped:
             self.reason = FinishReason.STOP_STRING
         elif len(self.ids) >= self.params.max_tokens:

@@ -14,13 +14,15 @@ Requests are queued by :meth:`Engine.submit` (any thread); the engine thread loo
 A full queue (``max_queue`` waiting beyond the free batch slots: 0 means requests are
 taken only while a slot is free) refuses at once (:class:`QueueFull`), never
 blocks. Per request, events go to its ``sink`` from the engine thread:
-``("delta", text)``, then ``("done", Finished)`` or ``("error", exception)``.
+``("delta", text)`` (after each token's ``("logprobs", TokenLogprob)`` when the
+request asks for logprobs), then ``("done", Finished)`` or ``("error", exception)``.
 Text is streamed as it becomes decodable, decoding only the new ids
 (:class:`~mobius_runtime.text.TextStream`); text that might be the start of a ``stop``
 string is held back until it is known not to be one, so streamed deltas concatenate to
 the final text, which is ``generate()``'s for the same ids. One log line per finished
 request: id, prompt and completion tokens, time to first token, decode tokens/s, finish
-reason.
+reason, prompt tokens served by the prefix cache (``prefix_cache_mb`` > 0 keeps the KV
+rows of recent text prompts: :mod:`mobius_runtime.prefix_cache`).
 """
 
 from __future__ import annotations
@@ -31,14 +33,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from mobius_runtime.batching import Batcher, Cohort
-from mobius_runtime.decoding import Decoding, FinishReason
+from mobius_runtime.decoding import Decoding, FinishReason, TokenLogprob
 from mobius_runtime.errors import RequestError
+from mobius_runtime.kvshare import SEQ_AXIS
+from mobius_runtime.prefix_cache import PrefixCache
 from mobius_runtime.sampling import SamplingParams
 
 log = logging.getLogger("mobius_runtime.serve")
@@ -62,6 +66,8 @@ class Finished:
     completion_tokens: int
     ttft_ms: float
     tokens_per_s: float
+    logprobs: list[TokenLogprob] | None = None  # one per id, when the request asked
+    cached_tokens: int = 0  # prompt ids served by the prefix cache
 
 
 @dataclass(eq=False)
@@ -76,6 +82,8 @@ class Request:
     cancelled: bool = False
     submitted: float = 0.0
     first: float | None = None
+    group: list[Request] = field(default_factory=list)  # rows sharing this one's prefill
+    cached_tokens: int = 0  # prompt ids whose KV rows came from the prefix cache
 
     @property
     def sampling(self) -> SamplingParams:
@@ -89,9 +97,11 @@ class Request:
 class Engine:
     """Runs the requests of one :class:`~mobius_runtime.pipeline.Pipeline` in batched steps."""
 
-    def __init__(self, pipeline: Any, max_batch: int = 8, max_queue: int = 64) -> None:
-        if max_batch < 1 or max_queue < 0:
-            raise ValueError("max_batch must be >= 1 and max_queue >= 0")
+    def __init__(
+        self, pipeline: Any, max_batch: int = 8, max_queue: int = 64, prefix_cache_mb: float = 0.0
+    ) -> None:
+        if max_batch < 1 or max_queue < 0 or prefix_cache_mb < 0:
+            raise ValueError("max_batch must be >= 1, max_queue and prefix_cache_mb >= 0")
         self.pipeline = pipeline
         self.batcher = Batcher(pipeline)
         self.max_batch = max_batch
@@ -106,6 +116,10 @@ class Engine:
         self._ids = itertools.count(1)
         self.steps = 0  # decode steps run (all cohorts of one loop count once)
         self.peak_batch = 0  # the most requests one decode step has served
+        self.prefills = 0  # prompts prefilled (a group of n choices counts once)
+        # KV rows of recent text prompts (None: off); see mobius_runtime.prefix_cache
+        budget = int(prefix_cache_mb * 1024 * 1024)
+        self.cache = PrefixCache(budget, SEQ_AXIS) if budget else None
         self.finished: collections.Counter[str] = collections.Counter()  # by finish reason
 
     # ------------------------------------------------------------------ public
@@ -125,25 +139,48 @@ class Engine:
 
         A request is taken while fewer than ``max_queue`` plus the free batch slots wait.
         """
+        return self.submit_group(caller, [sampling], [sink], request_id)[0]
+
+    def submit_group(
+        self,
+        caller: dict[str, Any],
+        samplings: list[SamplingParams],
+        sinks: list[Callable[[str, Any], None]],
+        request_id: str | None = None,
+    ) -> list[Request]:
+        """Queue one request per sampling for the same prompt (OpenAI's ``n``): the prompt
+        is prefilled once and its KV rows copied to each (where the graph batches; else
+        each is prefilled on its own). Raises QueueFull at once, as :meth:`submit`."""
         prompt = int(np.shape(caller["input_ids"])[1])
-        request = Request(
-            id=request_id or f"req-{next(self._ids)}",
-            caller=caller,
-            row=Decoding(sampling, self.pipeline.text, self.stops, self.context),
-            sink=sink,
-            prompt_tokens=prompt,
-            submitted=time.perf_counter(),
-        )
+        ids = np.asarray(caller["input_ids"])[0].tolist()
+        rid = request_id or f"req-{next(self._ids)}"
+        now = time.perf_counter()
+        requests = [
+            Request(
+                id=rid if len(samplings) == 1 else f"{rid}/{i}",
+                caller=caller,
+                row=Decoding(sampling, self.pipeline.text, self.stops, self.context, prompt=ids),
+                sink=sink,
+                prompt_tokens=prompt,
+                submitted=now,
+            )
+            for i, (sampling, sink) in enumerate(zip(samplings, sinks, strict=True))
+        ]
+        queued = requests[:1]
+        if self.batcher.batches:
+            requests[0].group = requests[1:]
+        else:
+            queued = requests
         with self._cond:
             if self._stopping:
                 raise EngineStopped("the server is shutting down")
             # max_queue counts the requests waiting beyond the free batch slots
             free = max(0, self.max_batch - self.active)
-            if len(self._waiting) >= self.max_queue + free:
+            if len(self._waiting) + len(queued) > self.max_queue + free:
                 raise QueueFull(f"{len(self._waiting)} requests are queued (--max-queue)")
-            self._waiting.append(request)
+            self._waiting.extend(queued)
             self._cond.notify()
-        return request
+        return requests
 
     def cancel(self, request: Request) -> None:
         """Stop ``request``; its slot is freed before the next decode step."""
@@ -193,7 +230,8 @@ class Engine:
                             log.exception("%s: its sink failed", request.id)
                 self._cohorts = []
         with self._cond:
-            left = list(self._waiting) + [r for _, rows in self._cohorts for r in rows]
+            waiting = [m for r in self._waiting for m in (r, *r.group)]
+            left = waiting + [r for _, rows in self._cohorts for r in rows]
             self._waiting.clear()
         self._cohorts = []
         for request in left:
@@ -206,8 +244,9 @@ class Engine:
                 if not self._waiting:
                     break
                 request = self._waiting.popleft()
-            if request.cancelled:
-                self._finish(request, FinishReason.CANCELLED)
+            if request.cancelled:  # its group was asked for together: it goes together
+                for member in (request, *request.group):
+                    self._finish(member, FinishReason.CANCELLED)
                 continue
             self._admit(request)
         if not self._cohorts:
@@ -230,28 +269,45 @@ class Engine:
         self._drop(lambda r: r.first is None, None)
 
     def _admit(self, request: Request) -> None:
-        sampling = request.sampling
-        capacity = request.prompt_tokens + sampling.max_tokens
+        """Prefill ``request`` (once for its group), pick each member's first token, and
+        join the members still running to the cohort (the prompt's KV rows copied)."""
+        members = [request, *request.group]
+        capacity = request.prompt_tokens + max(r.sampling.max_tokens for r in members)
         if self.context is not None:
             capacity = min(capacity, self.context)
+        self.prefills += 1
+        # only text prompts use the cache: media soft tokens carry features ids do not name
+        cache = self.cache if set(request.caller) == {"input_ids"} else None
+        ids = np.asarray(request.caller["input_ids"])[0].tolist()
         try:
-            logits, cohort = self.batcher.prefill(request.caller, capacity)
+            hit = cache.lookup(ids) if cache is not None else None
+            logits, cohort = self.batcher.prefill(request.caller, capacity, hit)
+            if cache is not None:
+                cache.add(ids, self.batcher.rows(cohort, len(ids)))
         except Exception as exc:
-            self._fail(request, exc)
+            for member in members:
+                self._fail(member, exc)
             return
-        request.caller = {}  # media arrays are no longer needed
-        request.first = time.perf_counter()
-        try:
-            self._take(request, logits, request.prompt_tokens)
-        except Exception as exc:
-            self._fail(request, exc)
-        if request.first is None:  # finished on its first token
+        for member in members:
+            member.cached_tokens = hit.length if hit is not None else 0
+        first = time.perf_counter()
+        for member in members:
+            member.caller = {}  # media arrays are no longer needed
+            member.first = first
+            try:
+                self._take(member, logits, request.prompt_tokens)
+            except Exception as exc:
+                self._fail(member, exc)
+        running = [m for m in members if m.first is not None]  # not finished on token one
+        if not running:
             return
+        if len(members) > 1:
+            cohort = self.batcher.keep(cohort, [0] * len(running))
         if self.batcher.batches and self._cohorts:
             main, rows = self._cohorts[0]
-            self._cohorts[0] = (self.batcher.merge(main, cohort), [*rows, request])
+            self._cohorts[0] = (self.batcher.merge(main, cohort), [*rows, *running])
         else:
-            self._cohorts.append((cohort, [request]))
+            self._cohorts.append((cohort, running))
 
     def _take(
         self,
@@ -265,6 +321,8 @@ class Engine:
         finish it when it stops. ``finite`` / ``greedy``: what the step already knows."""
         row = request.row
         _, piece = row.take(logits, past, finite, greedy)
+        if request.sampling.logprobs is not None:  # before the text it may release
+            request.sink("logprobs", row.logprobs[-1])
         if piece:
             request.sink("delta", piece)
         if row.reason is not None:
@@ -296,17 +354,21 @@ class Engine:
         n = len(row.ids)
         ttft = ((request.first or now) - request.submitted) * 1000.0
         rate = (n - 1) / (now - request.first) if request.first and n > 1 else 0.0
-        finished = Finished(text, reason, request.prompt_tokens, n, ttft, rate)
+        logprobs = None if request.sampling.logprobs is None else row.logprobs
+        cached = request.cached_tokens
+        finished = Finished(text, reason, request.prompt_tokens, n, ttft, rate, logprobs, cached)
         request.first = None  # marks it done: its row leaves the cohort
         self.finished[reason] += 1
         log.info(
-            "%s prompt_tokens=%d completion_tokens=%d ttft_ms=%.1f tokens_per_s=%.1f finish=%s",
+            "%s prompt_tokens=%d completion_tokens=%d ttft_ms=%.1f tokens_per_s=%.1f finish=%s"
+            " cached_tokens=%d",
             request.id,
             request.prompt_tokens,
             n,
             ttft,
             rate,
             reason,
+            cached,
         )
         request.sink("done", finished)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mobius_runtime.decoding import Decoding, FinishReason
+from mobius_runtime.decoding import Decoding, FinishReason, TokenLogprob
 from mobius_runtime.errors import RequestError
 from mobius_runtime.executor import Executor
 from mobius_runtime.feeds import to_numpy
@@ -50,6 +50,7 @@ class GenerationResult:
     decode_ms: float
     stop_reason: FinishReason  # a str: "stop_id", "stop_string", "max_new_tokens", …
     timings: dict[str, float] = field(default_factory=dict)
+    logprobs: list[TokenLogprob] | None = None  # one per id, when SamplingParams.logprobs is set
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -319,20 +320,23 @@ class Pipeline:
             return self.text.chat.render(conversation.messages, add_generation_prompt, **kwargs)
         return self.text.chat_prompt(conversation, add_generation_prompt)
 
-    def encode_messages(self, messages: Any, literal_special: bool = False) -> dict[str, Any]:
+    def encode_messages(
+        self, messages: Any, literal_special: bool = False, tools: Any = None
+    ) -> dict[str, Any]:
         """The caller inputs ``messages`` make: ``input_ids`` [1, S] and the media arrays.
 
         The same ids as ``generate(messages=..., literal_special=...)`` feeds (chat
         template with a generation prompt, media placeholders expanded), for callers
         that run the steps themselves (``mobius serve``'s batching engine). Media items
-        are preprocessed here; their encoders run with the prompt step.
+        are preprocessed here; their encoders run with the prompt step. ``tools``: HF's
+        ``apply_chat_template(tools=...)`` list, rendered by the template.
         """
-        text, images, audio, literal = self._chat_inputs(messages, literal_special)
+        text, images, audio, literal = self._chat_inputs(messages, literal_special, tools)
         ids, caller = self.prepare(text, None, images, audio, literal)
         return {**caller, "input_ids": ids}
 
     def _chat_inputs(
-        self, messages: Any, literal_special: bool
+        self, messages: Any, literal_special: bool, tools: Any = None
     ) -> tuple[str, list[Any], list[Any], dict[str, str]]:
         """The prompt text ``messages`` render to (placeholders checked), their media, and
         the stand-ins of special markers typed in them (with ``literal_special``)."""
@@ -342,7 +346,7 @@ class Pipeline:
         literal: dict[str, str] = {}
         if literal_special:
             conversation, literal = self.text.hide_markers(conversation)
-        text = self.text.chat_prompt(conversation)
+        text = self.text.chat_prompt(conversation, tools=tools)
         self.text.check_placeholders(text, conversation)
         return text, conversation.images, conversation.audio, literal
 
@@ -555,6 +559,7 @@ class Pipeline:
             self.context_length,
             sampler,
             live=on_token is not None,
+            prompt=ids[0].tolist(),
         )
         logits_key = self.plan.logits
         executor = self.executor
@@ -586,6 +591,7 @@ class Pipeline:
             prefill_ms=prefill_ms,
             decode_ms=decode_ms,
             stop_reason=row.reason,
+            logprobs=None if params.logprobs is None else row.logprobs,
         )
         return result, (state, past)
 

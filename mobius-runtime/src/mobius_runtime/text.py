@@ -277,14 +277,28 @@ class TextSide:
             return None
         return self.tokenizer.token_to_id(text)
 
-    def chat_prompt(self, conversation: Conversation, add_generation_prompt: bool = True) -> str:
+    def chat_prompt(
+        self,
+        conversation: Conversation,
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
         """The prompt text of checked messages: the checkpoint's template, else the family's.
 
-        The family's built-in layout (``Processors.format_prompt``) serves only a
-        conversation of one user message, with its media before its text.
+        ``tools`` (HF's ``apply_chat_template(tools=...)`` shape) reach the template as
+        ``tools``. The family's built-in layout (``Processors.format_prompt``) serves only
+        a conversation of one user message, with its media before its text, and no tools.
         """
         if self.chat is not None:
+            if tools:
+                return self.chat.render(conversation.messages, add_generation_prompt, tools=tools)
             return self.chat.render(conversation.messages, add_generation_prompt)
+        if tools:
+            raise RequestError(
+                "this package has no chat template, so it cannot be given tools",
+                where="tools",
+                fix="rebuild from a checkpoint whose chat template renders tools",
+            )
         fmt = self.processors.format_prompt
         messages = conversation.messages
         single = len(messages) == 1 and messages[0].get("role") == "user"

@@ -22,22 +22,35 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from mobius.errors import MobiusError
-from mobius_runtime.decoding import FinishReason
+from mobius_runtime import tools
+from mobius_runtime.constrained import Constraint
+from mobius_runtime.decoding import FinishReason, TokenLogprob
 from mobius_runtime.engine import Engine, EngineStopped, Finished, QueueFull
+from mobius_runtime.requests import check_ids, vocab_size
 from mobius_runtime.sampling import SamplingParams
 from mobius_runtime.serve import errors, media
 from mobius_runtime.serve.errors import ApiError
-from mobius_runtime.serve.schemas import ChatRequest, CompletionRequest, Message
+from mobius_runtime.serve.metrics import CONTENT_TYPE as METRICS_TYPE
+from mobius_runtime.serve.metrics import Counted, Metrics
+from mobius_runtime.serve.schemas import (
+    ChatRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    Message,
+    TokenizeRequest,
+)
 
 DISCONNECT_POLL_S = 0.25  # how often a whole-answer request checks that its client is there
 DEFAULT_MAX_TOKENS = 2048  # a chat request without max_tokens (at most the rest of the context)
@@ -58,6 +71,7 @@ class Settings:
         allow_private_media: bool = False,
         max_request_mb: float = DEFAULT_MAX_REQUEST_MB,
         literal_special: bool = True,
+        cors_origins: Sequence[str] = (),
     ) -> None:
         self.engine = engine
         self.pipeline = engine.pipeline
@@ -69,7 +83,10 @@ class Settings:
         # special markers a client types in messages are plain text, not control tokens
         self.literal_special = literal_special
         self.created = int(time.time())
-        self.open: set[asyncio.Queue[tuple[str, Any]]] = set()  # the open requests' events
+        self.cors_origins = tuple(cors_origins)  # browser origins allowed to call the API
+        self.metrics = Metrics(engine)
+        # the open requests' events: (kind, data, choice index)
+        self.open: set[asyncio.Queue[tuple[str, Any, int]]] = set()
 
     def shut_down(self) -> None:
         """Refuse new requests and answer every open one with its 503 (on the loop's thread).
@@ -79,7 +96,7 @@ class Settings:
         """
         self.engine.stop(timeout=0)
         for events in self.open:
-            events.put_nowait(("shutdown", None))
+            events.put_nowait(("shutdown", None, 0))
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -87,6 +104,14 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="mobius serve", docs_url=None, redoc_url=None, openapi_url=None)
     errors.install(app)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["*"],
+        )
+    app.add_middleware(Counted, metrics=settings.metrics)  # outermost: sees every status
     media.limit_image_pixels()
 
     def authorized(request: Request) -> None:
@@ -96,6 +121,10 @@ def create_app(settings: Settings) -> FastAPI:
     async def health() -> dict[str, Any]:
         engine = settings.engine
         return {"status": "ok", "active": engine.active, "queued": engine.queued}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(settings.metrics.text(), media_type=METRICS_TYPE)
 
     @app.get("/v1/models", dependencies=[Depends(authorized)])
     async def models() -> dict[str, Any]:
@@ -111,9 +140,11 @@ def create_app(settings: Settings) -> FastAPI:
         _check_model(settings, body.model)
         body.check_supported()
         messages, has_media = await _hf_messages(settings, body.messages)
+        tools = body.tool_list()
         async with settings.media.decodes if has_media else contextlib.nullcontext():
-            caller = await run_in_threadpool(_prepare, _chat_inputs, settings, messages)
-        return await _answer(settings, request, body, caller, chat=True)
+            caller = await run_in_threadpool(_prepare, _chat_inputs, settings, (messages, tools))
+        tooling = _tooling(settings, body) if tools else None
+        return await _answer(settings, request, body, caller, chat=True, tooling=tooling)
 
     @app.post("/v1/completions", dependencies=[Depends(authorized)])
     async def completions(body: CompletionRequest, request: Request) -> Any:
@@ -121,6 +152,33 @@ def create_app(settings: Settings) -> FastAPI:
         body.check_supported()
         caller = await run_in_threadpool(_prepare, _prompt_inputs, settings, body.prompt)
         return await _answer(settings, request, body, caller, chat=False)
+
+    @app.post("/tokenize", dependencies=[Depends(authorized)])
+    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
+        """A prompt's ids: ``prompt`` verbatim, or ``messages`` (and ``tools``) through the
+        chat template, exactly the ids the completion endpoints would feed."""
+        _check_model(settings, body.model)
+        if (body.prompt is None) == (body.messages is None):
+            raise ApiError(400, "give exactly one of prompt or messages", "prompt")
+        if body.messages is not None:
+            messages, has_media = await _hf_messages(settings, body.messages)
+            tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+            async with settings.media.decodes if has_media else contextlib.nullcontext():
+                caller = await run_in_threadpool(
+                    _prepare, _chat_inputs, settings, (messages, tools)
+                )
+        else:
+            caller = await run_in_threadpool(_prepare, _prompt_inputs, settings, body.prompt)
+        ids = np.asarray(caller["input_ids"])[0].tolist()
+        context = settings.pipeline.context_length
+        return {"tokens": ids, "count": len(ids), "max_model_len": context}
+
+    @app.post("/detokenize", dependencies=[Depends(authorized)])
+    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
+        """The text of ``tokens`` (ids checked against the vocabulary; special tokens skipped)."""
+        _check_model(settings, body.model)
+        text = await run_in_threadpool(_prepare, _detokenize, settings, body.tokens)
+        return {"prompt": text}
 
     return app
 
@@ -228,8 +286,9 @@ async def _hf_messages(
     for i, message in enumerate(messages):
         role = "system" if message.role == "developer" else message.role
         content = message.content
+        extra = _tool_fields(message)
         if content is None or isinstance(content, str):
-            out.append({"role": role, "content": content or ""})
+            out.append({"role": role, "content": content or "", **extra})
             continue
         parts: list[dict[str, Any]] = []
         for j, part in enumerate(content):
@@ -246,12 +305,65 @@ async def _hf_messages(
                 data = media.decode_base64(part.input_audio.data, param + ".input_audio.data")
                 parts.append({"type": "audio", "audio": data})
                 has_media = True
-        out.append({"role": role, "content": parts})
+        out.append({"role": role, "content": parts, **extra})
     return out, has_media
 
 
-def _chat_inputs(settings: Settings, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    return settings.pipeline.encode_messages(messages, settings.literal_special)
+def _tool_fields(message: Message) -> dict[str, Any]:
+    """A message's tool fields as HF's templates read them: an assistant's ``tool_calls``
+    with ``arguments`` parsed to a dict (HF's convention; text that is not a JSON object
+    stays text), a tool message's ``tool_call_id`` and ``name``."""
+    out: dict[str, Any] = {}
+    if message.tool_calls:
+        calls = []
+        for call in message.tool_calls:
+            try:
+                arguments: Any = json.loads(call.function.arguments)
+            except ValueError:
+                arguments = call.function.arguments
+            function = {"name": call.function.name, "arguments": arguments}
+            calls.append({"id": call.id, "type": "function", "function": function})
+        out["tool_calls"] = calls
+    for key in ("tool_call_id", "name"):
+        if getattr(message, key) is not None:
+            out[key] = getattr(message, key)
+    return out
+
+
+def _chat_inputs(settings: Settings, source: tuple[list[dict[str, Any]], Any]) -> dict[str, Any]:
+    messages, tools = source
+    return settings.pipeline.encode_messages(messages, settings.literal_special, tools)
+
+
+@dataclass(frozen=True)
+class Tooling:
+    """How a chat request with tools reads its reply: the calls in the template's format,
+    or (``forced``) the list of calls the constrained output is (:mod:`mobius_runtime.tools`)."""
+
+    format: tools.ToolFormat
+    schema: dict[str, Any] | None  # the forced calls' schema (tool_choice required / named)
+
+    def split(self, text: str) -> tuple[str | None, list[tools.ToolCall]]:
+        """(content, calls) of a finished reply; a forced reply cut short stays content."""
+        if self.schema is None:
+            return self.format.parse(text)
+        calls = tools.parse_forced(text)
+        return (None, calls) if calls else (text, [])
+
+
+def _tooling(settings: Settings, body: ChatRequest) -> Tooling:
+    chat = settings.pipeline.text.chat
+    required, name = body.forced()
+    most = tools.MAX_CALLS if body.parallel_tool_calls else 1
+    schema = tools.calls_schema(body.tool_list() or [], name, most) if required else None
+    return Tooling(tools.format_for(chat.source if chat is not None else None), schema)
+
+
+def _detokenize(settings: Settings, tokens: list[int]) -> str:
+    pipeline = settings.pipeline
+    if tokens:
+        check_ids(np.asarray([tokens], dtype=np.int64), vocab_size(pipeline.manifest), {}, {})
+    return pipeline.text.decode(tokens)
 
 
 def _prompt_inputs(settings: Settings, prompt: str | list[int]) -> dict[str, Any]:
@@ -261,35 +373,94 @@ def _prompt_inputs(settings: Settings, prompt: str | list[int]) -> dict[str, Any
     return {**caller, "input_ids": ids}
 
 
+def _constraint(settings: Settings, body: Any, tooling: Tooling | None) -> Constraint | None:
+    """The grammar a forced tool call or ``response_format`` asks for (compiled here, off
+    the event loop), or None.
+
+    ``json_schema`` with ``strict: true`` refuses schema keywords the grammar compiler does
+    not implement; otherwise they are ignored (the output still parses and follows every
+    keyword that is implemented).
+    """
+    form = body.response_format
+    pipeline = settings.pipeline
+    package = (pipeline.text, vocab_size(pipeline.manifest), settings.engine.stops)
+    if tooling is not None and tooling.schema is not None:
+        try:
+            return Constraint.json_schema(tooling.schema, *package, where="tools")
+        except MobiusError as exc:
+            raise ApiError(400, exc.what, "tools") from None
+    if form is None or form.type == "text":
+        return None
+    try:
+        if form.type == "json_object":
+            return Constraint.json_object(*package)
+        if form.json_schema is None:
+            raise ApiError(
+                400,
+                'response_format of type "json_schema" needs a json_schema object '
+                '({"name": ..., "schema": {...}})',
+                "response_format.json_schema",
+            )
+        schema = dict(form.json_schema.schema_)
+        if not form.json_schema.strict:
+            schema.setdefault("x-guidance", {"lenient": True})
+        return Constraint.json_schema(schema, *package, where="response_format.json_schema")
+    except MobiusError as exc:
+        raise ApiError(400, exc.what + (f" ({exc.fix})" if exc.fix else ""), exc.where) from None
+
+
 # ---------------------------------------------------------------------- answers
 
 
 async def _answer(
-    settings: Settings, request: Request, body: Any, caller: dict[str, Any], *, chat: bool
+    settings: Settings,
+    request: Request,
+    body: Any,
+    caller: dict[str, Any],
+    *,
+    chat: bool,
+    tooling: Tooling | None = None,
 ) -> Any:
     prompt = int(np.shape(caller["input_ids"])[1])
     limit = body.token_limit()
     if limit is None:  # KV buffers are sized by the limit: a bounded default
         context = settings.pipeline.context_length
         limit = DEFAULT_MAX_TOKENS if context is None else min(DEFAULT_MAX_TOKENS, context - prompt)
+    constraint = await run_in_threadpool(_constraint, settings, body, tooling)
     sampling = SamplingParams(
         max_tokens=int(limit),
         temperature=body.temperature,
         top_p=body.top_p,
+        top_k=body.top_k,
+        min_p=body.min_p,
+        repetition_penalty=body.repetition_penalty,
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
         seed=body.seed,
         stop=body.stops(),
+        constraint=constraint,
+        logprobs=body.logprob_k(),
     )
+    # n choices: choice i samples with seed + i (one seed gives the same n answers)
+    samplings = [
+        sampling if i == 0 or body.seed is None else replace(sampling, seed=body.seed + i)
+        for i in range(body.n)
+    ]
     loop = asyncio.get_running_loop()
-    events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    events: asyncio.Queue[tuple[str, Any, int]] = asyncio.Queue()
 
-    def sink(kind: str, data: Any) -> None:
-        # RuntimeError: the server's loop has closed, nobody is listening any more
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(events.put_nowait, (kind, data))
+    def sink_of(index: int) -> Any:
+        def sink(kind: str, data: Any) -> None:
+            # RuntimeError: the server's loop has closed, nobody is listening any more
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(events.put_nowait, (kind, data, index))
+
+        return sink
 
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
     try:
-        handle = settings.engine.submit(caller, sampling, sink, rid)
+        sinks = [sink_of(i) for i in range(body.n)]
+        handles = settings.engine.submit_group(caller, samplings, sinks, rid)
     except QueueFull as exc:
         raise ApiError(429, f"the server is busy: {exc}; retry later", None, "queue_full") from None
     except EngineStopped as exc:
@@ -298,15 +469,16 @@ async def _answer(
     head = {"id": rid, "created": int(time.time()), "model": settings.model_name}
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = _stream(settings, handle, events, head, chat, usage)
+        stream = _stream(settings, handles, events, head, chat, usage, tooling)
         return StreamingResponse(stream, media_type="text/event-stream")
     checked = time.monotonic()
+    done: dict[int, Finished] = {}
     try:
-        while True:
+        while len(done) < len(handles):
             try:
-                kind, data = await asyncio.wait_for(events.get(), timeout=DISCONNECT_POLL_S)
+                kind, data, index = await asyncio.wait_for(events.get(), DISCONNECT_POLL_S)
             except TimeoutError:
-                kind, data = "wait", None
+                kind, data, index = "wait", None, 0
             if time.monotonic() - checked >= DISCONNECT_POLL_S:
                 checked = time.monotonic()
                 if await request.is_disconnected():  # the client left: free the slot
@@ -314,12 +486,17 @@ async def _answer(
             if kind == "error":
                 raise _engine_error(data)
             if _shut(kind, data):
-                raise _shutdown_error(data.completion_tokens if data else len(handle.ids))
+                generated = data.completion_tokens if data else len(handles[index].ids)
+                raise _shutdown_error(generated)
             if kind == "done":
-                return _whole(head, data, chat)
+                done[index] = data
+        finished = [done[i] for i in range(len(handles))]
+        settings.metrics.finished(finished)
+        return _whole(head, finished, chat, tooling, lambda: Logprobs(settings.pipeline.text, chat))
     finally:
         settings.open.discard(events)
-        settings.engine.cancel(handle)
+        for handle in handles:
+            settings.engine.cancel(handle)
 
 
 def _shut(kind: str, data: Any) -> bool:
@@ -353,6 +530,7 @@ OPENAI_FINISH = {
     FinishReason.STOP_STRING: "stop",
     FinishReason.MAX_TOKENS: "length",
     FinishReason.CONTEXT: "length",
+    FinishReason.GRAMMAR: "stop",
 }
 
 
@@ -362,48 +540,126 @@ def finish_reason(reason: FinishReason) -> str:
     return OPENAI_FINISH[reason]
 
 
-def _usage(done: Finished) -> dict[str, int]:
+def _usage(done: list[Finished]) -> dict[str, int]:
+    """One prompt (prefilled once for all choices), every choice's completion tokens."""
+    prompt = done[0].prompt_tokens
+    completion = sum(d.completion_tokens for d in done)
     return {
-        "prompt_tokens": done.prompt_tokens,
-        "completion_tokens": done.completion_tokens,
-        "total_tokens": done.prompt_tokens + done.completion_tokens,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": done[0].cached_tokens},
     }
 
 
-def _whole(head: dict[str, Any], done: Finished, chat: bool) -> dict[str, Any]:
-    if chat:
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": done.text},
-            "logprobs": None,
-            "finish_reason": finish_reason(done.reason),
+def _reply(done: Finished, tooling: Tooling | None) -> tuple[dict[str, Any], str]:
+    """The assistant message of a finished chat request and its OpenAI finish_reason."""
+    if tooling is None:
+        return {"role": "assistant", "content": done.text}, finish_reason(done.reason)
+    content, calls = tooling.split(done.text)
+    if not calls:
+        return {"role": "assistant", "content": done.text}, finish_reason(done.reason)
+    message = {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [c.to_openai() for c in calls],
+    }
+    return message, "tool_calls"
+
+
+class Logprobs:
+    """OpenAI's ``logprobs`` objects for :class:`~mobius_runtime.decoding.TokenLogprob`
+    entries: chat's ``{"content": [{"token", "logprob", "bytes", "top_logprobs"}]}`` and
+    completions' ``{"tokens", "token_logprobs", "top_logprobs", "text_offset"}``. A token's
+    text is its id decoded alone (special tokens kept), its bytes that text's UTF-8."""
+
+    def __init__(self, text: Any, chat: bool) -> None:
+        self.text, self.chat = text, chat
+        self.offset = 0  # completions: where the next token's text begins
+
+    def _token(self, token: int) -> str:
+        return self.text.tokenizer.decode([token], skip_special_tokens=False)
+
+    def _entry(self, token: int, logprob: float) -> dict[str, Any]:
+        text = self._token(token)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+    def of(self, entries: list[TokenLogprob] | None) -> dict[str, Any] | None:
+        if entries is None:
+            return None
+        if self.chat:
+            content = [
+                {
+                    **self._entry(e.token, e.logprob),
+                    "top_logprobs": [self._entry(*t) for t in e.top],
+                }
+                for e in entries
+            ]
+            return {"content": content}
+        tokens = [self._token(e.token) for e in entries]
+        offsets = []
+        for token in tokens:
+            offsets.append(self.offset)
+            self.offset += len(token)
+        return {
+            "tokens": tokens,
+            "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [{self._token(t): lp for t, lp in e.top} for e in entries],
+            "text_offset": offsets,
         }
-        return {**head, "object": "chat.completion", "choices": [choice], "usage": _usage(done)}
-    choice = {
-        "index": 0,
-        "text": done.text,
-        "logprobs": None,
-        "finish_reason": finish_reason(done.reason),
-    }
-    return {**head, "object": "text_completion", "choices": [choice], "usage": _usage(done)}
+
+
+def _whole(
+    head: dict[str, Any],
+    done: list[Finished],
+    chat: bool,
+    tooling: Tooling | None,
+    logprobs: Callable[[], Logprobs],
+) -> dict[str, Any]:
+    """The whole answer: one choice per finished request (``logprobs()``: a fresh formatter)."""
+    choices = []
+    for index, finished in enumerate(done):
+        lp = logprobs().of(finished.logprobs)
+        if chat:
+            message, finish = _reply(finished, tooling)
+            choices.append(
+                {"index": index, "message": message, "logprobs": lp, "finish_reason": finish}
+            )
+        else:
+            finish = finish_reason(finished.reason)
+            choices.append(
+                {"index": index, "text": finished.text, "logprobs": lp, "finish_reason": finish}
+            )
+    kind = "chat.completion" if chat else "text_completion"
+    return {**head, "object": kind, "choices": choices, "usage": _usage(done)}
 
 
 async def _stream(
     settings: Settings,
-    handle: Any,
-    events: asyncio.Queue[tuple[str, Any]],
+    handles: list[Any],
+    events: asyncio.Queue[tuple[str, Any, int]],
     head: dict[str, Any],
     chat: bool,
     usage: bool,
+    tooling: Tooling | None = None,
 ) -> AsyncIterator[str]:
-    """SSE chunks as OpenAI sends them; the request is cancelled if the client leaves."""
-    kind_name = "chat.completion.chunk" if chat else "text_completion"
+    """SSE chunks as OpenAI sends them (one ``index`` per choice); the requests are
+    cancelled if the client leaves.
 
-    def chunk(delta: dict[str, Any] | str, finish: str | None) -> str:
-        if chat:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        else:
-            choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish}
+    With tools, a choice's reply is sent when it is complete (its calls can only be told
+    from its content then): its content, if any, then one chunk of ``delta.tool_calls``.
+    """
+    kind_name = "chat.completion.chunk" if chat else "text_completion"
+    formatters = [Logprobs(settings.pipeline.text, chat) for _ in handles]
+    pending: list[list[TokenLogprob]] = [[] for _ in handles]  # entries of unsent text
+
+    def chunk(index: int, delta: dict[str, Any] | str, finish: str | None) -> str:
+        lp = None
+        if pending[index] and (delta or finish):  # an entry goes with its text (or the end)
+            lp = formatters[index].of(pending[index])
+            pending[index] = []
+        field = "delta" if chat else "text"
+        choice = {"index": index, field: delta, "logprobs": lp, "finish_reason": finish}
         body = {**head, "object": kind_name, "choices": [choice]}
         if usage:
             body["usage"] = None
@@ -411,44 +667,77 @@ async def _stream(
 
     try:
         if chat:
-            yield chunk({"role": "assistant", "content": ""}, None)
-        done = False
-        while not done:
-            for kind, data in await _ready(events):
-                if kind == "delta":
-                    yield chunk({"content": data} if chat else data, None)
-                    continue
-                done = True
-                if kind == "error":
+            for index in range(len(handles)):
+                yield chunk(index, {"role": "assistant", "content": ""}, None)
+        done: dict[int, Finished] = {}
+        failed = False
+        while len(done) < len(handles) and not failed:
+            for kind, data, index in await _ready(events):
+                if kind == "logprobs":
+                    pending[index].append(data)
+                elif kind == "delta":
+                    if tooling is None:
+                        yield chunk(index, {"content": data} if chat else data, None)
+                elif kind == "error":
                     yield _sse(_engine_error(data).body())
-                    break
-                if _shut(kind, data):  # only a shutdown cancels a live stream
-                    generated = data.completion_tokens if data else len(handle.ids)
+                    failed = True
+                elif _shut(kind, data):  # only a shutdown cancels a live stream
+                    generated = data.completion_tokens if data else len(handles[index].ids)
                     yield _sse(_shutdown_error(generated).body())
+                    failed = True
+                elif kind == "done":
+                    done[index] = data
+                    for part in _finish_chunks(chunk, index, data, chat, tooling):
+                        yield part
+                if failed:
                     break
-                yield chunk({} if chat else "", finish_reason(data.reason))
-                if usage:
-                    yield _sse({**head, "object": kind_name, "choices": [], "usage": _usage(data)})
-                break
+        if not failed:
+            finished = [done[i] for i in range(len(handles))]
+            settings.metrics.finished(finished)
+            if usage:
+                body = {**head, "object": kind_name, "choices": [], "usage": _usage(finished)}
+                yield _sse(body)
         yield "data: [DONE]\n\n"
     finally:
         settings.open.discard(events)
-        settings.engine.cancel(handle)
+        for handle in handles:
+            settings.engine.cancel(handle)
 
 
-async def _ready(events: asyncio.Queue[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """The next event and every one already queued, consecutive deltas joined into one.
+def _finish_chunks(
+    chunk: Callable[..., str], index: int, done: Finished, chat: bool, tooling: Tooling | None
+) -> list[str]:
+    """A finished choice's last chunks: with tools its content and calls, then the finish."""
+    if tooling is None:
+        return [chunk(index, {} if chat else "", finish_reason(done.reason))]
+    message, finish = _reply(done, tooling)
+    out = []
+    if message["content"]:
+        out.append(chunk(index, {"content": message["content"]}, None))
+    calls = message.get("tool_calls") or []
+    if calls:
+        out.append(
+            chunk(index, {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}, None)
+        )
+    out.append(chunk(index, {}, finish))
+    return out
+
+
+async def _ready(events: asyncio.Queue[tuple[str, Any, int]]) -> list[tuple[str, Any, int]]:
+    """The next event and every one already queued, consecutive deltas of one choice
+    joined into one.
 
     When the client reads slower than the engine decodes, one chunk then carries several
     tokens' text instead of one chunk per token falling further behind.
     """
     out = [await events.get()]
     while not events.empty():
-        kind, data = events.get_nowait()
-        if kind == "delta" and out[-1][0] == "delta":
-            out[-1] = ("delta", out[-1][1] + data)
+        kind, data, index = events.get_nowait()
+        last = out[-1]
+        if kind == "delta" and last[0] == "delta" and last[2] == index:
+            out[-1] = ("delta", last[1] + data, index)
         else:
-            out.append((kind, data))
+            out.append((kind, data, index))
     return out
 
 

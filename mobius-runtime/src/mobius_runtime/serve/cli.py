@@ -43,6 +43,20 @@ def serve(
         str | None,
         typer.Option("--api-key", envvar="MOBIUS_API_KEY", help="Require `Bearer KEY`."),
     ] = None,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--api-key-file",
+            help="Read the key from this file (its first line), keeping it out of `ps`.",
+        ),
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            help="A browser origin allowed to call the API (repeatable; '*' for any).",
+        ),
+    ] = None,
     max_batch: Annotated[
         int, typer.Option("--max-batch", min=1, help="Requests decoded together.")
     ] = 8,
@@ -54,6 +68,15 @@ def serve(
             help="Requests waiting beyond the free batch slots before 429 (0: no queue).",
         ),
     ] = 64,
+    prefix_cache_mb: Annotated[
+        float,
+        typer.Option(
+            "--prefix-cache-mb",
+            min=0.0,
+            help="Keep recent prompts' KV rows (LRU, this many MB) for prompts that begin "
+            "alike (0: off).",
+        ),
+    ] = 0.0,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     threads: Annotated[int | None, typer.Option("--threads", help="onnxruntime threads.")] = None,
     allow_remote_media: Annotated[
@@ -122,6 +145,7 @@ def serve(
         "allow_private_media": allow_private_media,
         "max_request_mb": max_request_mb,
         "literal_special": literal_special,
+        "cors_origins": tuple(cors_origin or ()),
     }
     ray_flags = {
         "--replicas": replicas,
@@ -132,9 +156,17 @@ def serve(
         "--write-ray-config": write_ray_config,
     }
     try:
+        if api_key_file is not None:
+            api_key = _key_from(api_key_file, api_key)
         if ray:
             from mobius_runtime.serve.ray_app import serve_on_ray
 
+            if prefix_cache_mb:
+                raise MobiusError(
+                    "--prefix-cache-mb is not passed to Ray Serve replicas yet",
+                    where="--prefix-cache-mb",
+                    fix="drop --prefix-cache-mb with --ray, or serve without --ray",
+                )
             serve_on_ray(packages, host, port, ray_flags, model_name, api_key=api_key,
                          max_batch=max_batch, max_queue=max_queue, device=device,
                          threads=threads, settings=options)  # fmt: skip
@@ -146,8 +178,7 @@ def serve(
             port,
             model_name,
             api_key,
-            max_batch,
-            max_queue,
+            (max_batch, max_queue, prefix_cache_mb),
             device,
             threads,
             options,
@@ -176,6 +207,32 @@ def serve(
         raise typer.Exit(1)
 
 
+def _key_from(path: Path, given: str | None) -> str:
+    """The API key in the first line of ``path`` (surrounding whitespace dropped)."""
+    if given is not None:
+        raise MobiusError(
+            "both --api-key (or MOBIUS_API_KEY) and --api-key-file are given",
+            where="--api-key-file",
+            fix="give the key one way",
+        )
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MobiusError(
+            f"cannot read the API key file {path}: {exc}",
+            where="--api-key-file",
+            fix="pass a readable UTF-8 file whose first line is the key",
+        ) from None
+    key = lines[0].strip() if lines else ""
+    if not key:
+        raise MobiusError(
+            f"the API key file {path} has an empty first line",
+            where="--api-key-file",
+            fix="write the key on the file's first line",
+        )
+    return key
+
+
 def _single(packages: list[Path], ray_flags: dict[str, Any]) -> None:
     """Without --ray: one package, and no flag that only --ray reads."""
     given = [flag for flag, value in ray_flags.items() if value is not None]
@@ -199,8 +256,7 @@ def _server(
     port: int,
     model_name: str | None,
     api_key: str | None,
-    max_batch: int,
-    max_queue: int,
+    batching: tuple[int, int, float],
     device: str,
     threads: int | None,
     options: dict[str, Any],
@@ -228,7 +284,10 @@ def _server(
     require_logits(pipeline)
     if api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("listening on %s without --api-key: anyone who can reach it may use it", host)
-    engine = Engine(pipeline, max_batch=max_batch, max_queue=max_queue)
+    max_batch, max_queue, prefix_cache_mb = batching
+    engine = Engine(
+        pipeline, max_batch=max_batch, max_queue=max_queue, prefix_cache_mb=prefix_cache_mb
+    )
     name = model_name or package.resolve().name
     settings = Settings(engine, name, api_key, **options)
 

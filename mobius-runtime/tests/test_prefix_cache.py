@@ -1,0 +1,97 @@
+"""The prefix cache across requests: a prompt that begins like a recent one reuses its
+KV rows and gives the same ids as without the cache (greedy and seeded, on the shared
+in-place GQA buffers and on ONNX Attention's concat path), says how many prompt ids it
+reused (``usage.prompt_tokens_details.cached_tokens``), and stays within its budget."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from mobius_runtime.engine import Engine
+from mobius_runtime.prefix_cache import MIN_SHARED, PrefixCache
+from mobius_runtime.sampling import SamplingParams
+
+BASE = [2, *np.random.default_rng(7).integers(7, 500, size=48).tolist()]
+PROMPTS = [[*BASE, 11, 12, 13], [*BASE, 14, 15], [*BASE[:30], 99, 98, 97], [*BASE, 11, 12, 13],
+           [*BASE[:3], 5, 6]]  # fmt: skip
+# ids reused from the kept prompts: none; BASE (49 ids); BASE[:30]; all but the last id;
+# 3 < MIN_SHARED: none
+CACHED = [0, len(BASE), 30, len(PROMPTS[0]) - 1, 0]
+
+
+def _run(pipeline, cache_mb: float, sampling: SamplingParams):
+    engine = Engine(pipeline, max_batch=4, prefix_cache_mb=cache_mb)
+    engine.stops = set()
+    engine.start()
+    out = []
+    try:
+        for prompt in PROMPTS:  # one after the other: each may reuse the ones before
+            done, box = threading.Event(), {}
+
+            def sink(kind, data, box=box, done=done):
+                if kind in ("done", "error"):
+                    box[kind] = data
+                    done.set()
+
+            request = engine.submit({"input_ids": np.asarray([prompt])}, sampling, sink)
+            assert done.wait(60) and "done" in box, box
+            out.append((list(request.ids), box["done"].cached_tokens))
+    finally:
+        engine.stop()
+    return out, engine.cache
+
+
+@pytest.fixture(scope="module", params=["gqa", "attention"])
+def any_pipeline(request, tiny_gqa_package, tiny_attention_package):
+    from mobius_runtime import Pipeline
+
+    package = tiny_gqa_package if request.param == "gqa" else tiny_attention_package
+    return Pipeline.load(package, device="cpu", threads=2)
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [SamplingParams(max_tokens=16), SamplingParams(max_tokens=16, temperature=0.9, seed=4)],
+    ids=["greedy", "seeded"],
+)
+def test_cached_prefixes_give_the_same_ids(any_pipeline, sampling):
+    plain, none = _run(any_pipeline, 0, sampling)
+    cached, cache = _run(any_pipeline, 64, sampling)
+    assert none is None and [n for _, n in plain] == [0] * len(PROMPTS)
+    assert [ids for ids, _ in cached] == [ids for ids, _ in plain]
+    assert [n for _, n in cached] == CACHED
+    assert cache.hits == 3 and cache.cached_tokens == sum(CACHED)
+
+
+def test_the_budget_evicts_the_least_recently_used():
+    row = np.zeros((1, 2, 10, 4), dtype=np.float32)  # 320 bytes for 10 positions
+    cache = PrefixCache(budget_bytes=700, seq_axis=2)
+    for first in (1, 2, 3):
+        cache.add([first, *range(100, 109)], {"k": (row, "tensor(float)")})
+    assert len(cache) == 2 and cache.bytes == 640  # the first prompt went
+    assert cache.lookup([1, *range(100, 109)]) is None
+    hit = cache.lookup([2, *range(100, 105), 0, 0])
+    assert hit.length == 6 and hit.values["k"][0].shape == (1, 2, 6, 4)
+    cache.add([4, *range(100, 109)], {"k": (row, "tensor(float)")})  # evicts 3, not 2
+    assert cache.lookup([3, *range(100, 109)]) is None
+    assert cache.lookup([2, *range(100, 109)]).length == 9  # never the prompt's last id
+    assert cache.lookup([2, 100, 101][: MIN_SHARED - 1]) is None  # too short a match
+
+
+def test_usage_reports_cached_tokens(pipeline):
+    pytest.importorskip("fastapi")
+    from servekit import running
+
+    with running(pipeline, prefix_cache_mb=32) as server:
+        client = server.client()
+        first = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=4,
+                                          temperature=0)  # fmt: skip
+        again = client.completions.create(model="tiny", prompt=PROMPTS[1], max_tokens=4,
+                                          temperature=0)  # fmt: skip
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens == len(BASE)
+    want = pipeline.generate(input_ids=PROMPTS[1], max_new_tokens=4)
+    assert again.choices[0].text == want.text
