@@ -113,6 +113,9 @@ def test_each_format_keeps_gguf_values(tmp_path, kind, target):
         assert "dequantized" in report.kept_float["W"], report.kept_float
         assert "MatMulNBits" not in found
         np.testing.assert_array_equal(rows, want_e[ids])
+        (line,) = keep.dequantized({"m": report})  # what the build prints
+        assert line.startswith("kept float: W, E: ") or line.startswith("kept float: E, W: ")
+        assert kind in line
         return
     if kind in EXACT:  # both targets: the file's own blocks, both ops
         bits, block = {"Q4_0": (4, 32), "Q6_K": (8, 16)}.get(kind, (8, 32))
