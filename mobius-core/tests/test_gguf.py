@@ -285,24 +285,28 @@ def test_sentencepiece_tokenizer_merges_by_score_with_byte_fallback(tmp_path):
     assert [vocab[i] for i in tok.encode("hello").ids] == ["▁hello"]
 
 
-@pytest.mark.parametrize(("kind", "bits"), [("Q8_0", 8), ("Q4_0", 4)])
+@pytest.mark.parametrize(("kind", "bits"), [("Q8_0", 8), ("Q4_0", 4), ("Q5_0", 8)])
 def test_stored_blocks_are_the_matmulnbits_scheme(tmp_path, kind, bits):
-    """Q8_0 / Q4_0 blocks repacked for MatMulNBits (zero point 128 / 8) read back as
-    exactly gguf's dequantization; any other scheme, type or transform gets None."""
-    from mobius.weights.quantize import dequantize_rows
+    """Q8_0 / Q4_0 / Q5_0 blocks repacked for MatMulNBits (zero point 128 / 8 / 128) read
+    back as exactly gguf's dequantization; any other scheme, type or transform gets None."""
+    from mobius.weights.quantize import QuantScheme, dequantize_rows
 
     w = RNG.standard_normal((6, 96)).astype(np.float32)
     path = toy_file(tmp_path / "m.gguf", [("w", w, kind), ("f", w, "F16"), ("t", w, kind)])
     family = ToyFamily({"t": GGUFTensor("t", (add_constant(1.0),))})
     ckpt = open_toy(path, family)
-    read = ckpt.stored_quantized("w", bits, 32, True, np.float32)
+    read = ckpt.stored_quantized("w", QuantScheme(bits=bits), np.float32)
     rows = read(1, 5)
     assert rows.packed.shape == (4, 3, 32 * bits // 8) and rows.zero_points is None
     back = dequantize_rows(rows, 96, bits=bits, block_size=32)
     np.testing.assert_array_equal(back, reference(path, "w")[1:5])
     other = 4 if bits == 8 else 8
-    assert ckpt.stored_quantized("w", other, 32, True, np.float32) is None
-    assert ckpt.stored_quantized("w", bits, 64, True, np.float32) is None
-    assert ckpt.stored_quantized("w", bits, 32, False, np.float32) is None
-    assert ckpt.stored_quantized("f", bits, 32, True, np.float32) is None
-    assert ckpt.stored_quantized("t", bits, 32, True, np.float32) is None
+    for scheme in (
+        QuantScheme(bits=other),
+        QuantScheme(bits=bits, block_size=64),
+        QuantScheme(bits=bits, symmetric=False),
+        QuantScheme(bits=bits, symmetric=False, float_zero_points=True),
+    ):
+        assert ckpt.stored_quantized("w", scheme, np.float32) is None
+    assert ckpt.stored_quantized("f", QuantScheme(bits=bits), np.float32) is None
+    assert ckpt.stored_quantized("t", QuantScheme(bits=bits), np.float32) is None

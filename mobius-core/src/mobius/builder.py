@@ -22,8 +22,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from mobius.errors import CheckpointError, MobiusError
@@ -53,13 +54,18 @@ class BuildResult:
     n_tensors: int
     unused: tuple[str, ...]
     seconds: float
+    weight_errors: Mapping[str, tuple[float, int]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """A GGUF build's ``--target cpu`` approximations: source type → (largest weight
+    error against gguf's dequantization, tensors)."""
 
 
 def build(
     source: str,
     out: str | Path,
     *,
-    dtype: str = "f32",
+    dtype: str | None = None,
     target: str = "default",
     revision: str | None = None,
     force: bool = False,
@@ -73,12 +79,17 @@ def build(
     messages and per-tensor writes. ``quant`` (``"int4"``, ``"int8"`` or a
     :class:`~mobius.records.QuantOptions` for block size, symmetry, accuracy level and
     excludes) makes a weight-only quantized package (``docs/quantization.md``).
+    ``dtype`` None: ``f32``, and a GGUF file keeps its own quantization (its blocks
+    become MatMulNBits / GatherBlockQuantized as they are; ``--target cpu``: the fast
+    forms); any ``dtype`` given dequantizes it.
     Raises a :class:`~mobius.errors.MobiusError` subclass for anything a user can
     fix; OUT is untouched then.
     """
     started = time.perf_counter()
     progress = progress or NullProgress()
     out_path = Path(out).expanduser()
+    keep_source = dtype is None and quant is None
+    dtype = dtype or "f32"
     options = build_options(dtype, target, quant)
     if dtype == "bf16" and target != "cuda":
         # the package builds, but onnxruntime's CPU kernels have no bfloat16 for its ops
@@ -142,8 +153,13 @@ def build(
     _check_runtime_files(files)  # before the (long) graph build
     check_chat_template(files)
 
+    keep = None
+    if keep_source and hasattr(checkpoint, "kept_scheme"):
+        from mobius.quantization import SourceQuant
+
+        keep = SourceQuant(checkpoint, options.target)
     graphs, n_tensors, unused, quant_reports = _build_components(
-        host, model_type, config, contract, checkpoint, options, progress
+        host, model_type, config, contract, checkpoint, options, progress, keep
     )
 
     from mobius.contract import validate
@@ -157,7 +173,7 @@ def build(
         "dtype": options.dtype,
         "target": options.target,
         "contract": contract.to_dict(),
-        "source": source_to_dict(checkpoint.source),
+        "source": {**source_to_dict(checkpoint.source), **_tensor_types(checkpoint)},
         "versions": versions(owner_record.distribution, owner_record.version),
         # the raw config.json, so a runtime can rebuild the typed config for processors
         "config": raw,
@@ -166,6 +182,10 @@ def build(
         from mobius.quantization import manifest_entry
 
         manifest["quantization"] = manifest_entry(options, quant_reports, graphs)
+    elif keep is not None:
+        manifest["quantization"] = keep.manifest_entry(options, quant_reports, graphs)
+        for line in keep.dequantized(quant_reports):
+            progress.message(line)
 
     from mobius.package import write_package
 
@@ -180,6 +200,12 @@ def build(
         )
     )
     sizes = component_sizes(written)
+    errors = keep.approximations() if keep is not None else {}
+    for kind, (error, count) in errors.items():
+        progress.message(
+            f"--target cpu: {count} {kind} tensor(s) as int8 blocks, largest weight error "
+            f"{error:.3g} against gguf's dequantization"
+        )
     return BuildResult(
         out=written,
         model_type=model_type,
@@ -187,6 +213,7 @@ def build(
         n_tensors=n_tensors,
         unused=unused,
         seconds=time.perf_counter() - started,
+        weight_errors=MappingProxyType(errors),
     )
 
 
@@ -198,9 +225,11 @@ def _build_components(
     checkpoint: Any,
     options: Any,
     progress: BuildProgress,
+    keep: Any = None,
 ) -> tuple[dict[str, Any], int, tuple[str, ...], dict[str, Any]]:
-    """Build, optimize, quantize (when asked) and bind every component; return graphs,
-    tensor count, unused names and the quantization report of each component."""
+    """Build, optimize, quantize (when asked, or ``keep``: the checkpoint's own blocks)
+    and bind every component; return graphs, tensor count, unused names and the
+    quantization report of each component."""
     from mobius.weights import bind
 
     plans = _checked_plans(host, model_type, config, contract, checkpoint, options, progress)
@@ -221,6 +250,12 @@ def _build_components(
             overrides = host.quant_overrides(model_type, config, name, options)
             plan, quant_reports[name] = quantize_component(
                 model, plan, options.quant, target=options.target, overrides=overrides
+            )
+        elif keep is not None:
+            from mobius.quantization import quantize_component
+
+            plan, quant_reports[name] = quantize_component(
+                model, plan, None, target=options.target, keep=keep
             )
         report = bind(model, plan, checkpoint, component=name)
         n_tensors += report.bound
@@ -349,6 +384,16 @@ def looks_local(source: str) -> bool:
     if Path(source).expanduser().exists():
         return True
     return source.startswith(("/", ".", "~", "\\")) or source.count("/") > 1 or "\\" in source
+
+
+def _tensor_types(checkpoint: Any) -> dict[str, Any]:
+    """``{"tensor_types": {name: GGUF type}}`` of a GGUF checkpoint (``mobius inspect``
+    shows them), else nothing."""
+    from mobius.checkpoint.gguf import GGUFCheckpoint
+
+    if not isinstance(checkpoint, GGUFCheckpoint):
+        return {}
+    return {"tensor_types": {n: t.ggml_type for n, t in sorted(checkpoint.tensors.items())}}
 
 
 def source_to_dict(source: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from mobius.weights.quantize import (
     n_blocks,
     quantized,
     rows_of_matmul_weight,
+    source_tensor,
     zero_point_cols,
 )
 
@@ -126,23 +127,34 @@ def check_overrides(answer: Any, where: str) -> dict[str, str]:
     return dict(answer)
 
 
+KeepScheme = Callable[[str | None, bool], "QuantScheme | str"]
+"""How a build that keeps a checkpoint's own quantization (a GGUF file) stores one
+initializer: called with the checkpoint tensor it is (None: a computed one) and whether
+a Gather reads it; answers the scheme, or why it stays float."""
+
+
 def quantize_component(
     model: ir.Model,
     plan: WeightPlan,
-    quant: QuantOptions,
+    quant: QuantOptions | None,
     *,
     target: str = "default",
     overrides: Mapping[str, str] | None = None,
     search: bool = True,
+    keep: KeepScheme | None = None,
 ) -> tuple[WeightPlan, ComponentQuant]:
     """Rewrite ``model`` in place to quantized ops and return the matching plan.
 
     Only initializers the plan computes (no data yet) are candidates; an initializer
     also read by any other op, or by ops wanting different orientations, stays float.
-    ``search`` False gives plain round-to-nearest scales (onnxruntime's).
+    ``search`` False gives plain round-to-nearest scales (onnxruntime's). ``quant`` None
+    with ``keep``: every tensor takes the scheme ``keep`` answers (the checkpoint's own
+    blocks), none is requantized to one scheme.
     """
-    method, block_size, symmetric = quant.method, quant.block_size, quant.symmetric
-    accuracy_level, excludes = quant.level_for(target), quant.exclude
+    if quant is None and keep is None:
+        raise ValueError("quantize_component needs quant options or a keep function")
+    options = quant or QuantOptions()
+    accuracy_level, excludes = options.level_for(target), options.exclude
     graph = model.graph
     overrides = overrides or {}
     report = ComponentQuant()
@@ -182,18 +194,40 @@ def quantize_component(
             why = "no static shape"
         if why is None and "matmul" in kinds and kinds & {"matmul_t", "gather"}:
             why = "read in two orientations"
+        if why is None and experts and keep is not None and quant is None:
+            why = "a 3-D expert table (dequantized)"
+        scheme: QuantScheme | None = None
+        source: str | None = None
+        if why is None and quant is not None:
+            choice, reason = _choice(name, options.method, excludes, overrides, report)
+            if choice == "float":
+                why = reason
+            else:
+                scheme = QuantScheme(
+                    bits=_BITS[choice],
+                    block_size=options.block_size,
+                    symmetric=options.symmetric,
+                    search=search,
+                )
+        elif why is None and keep is not None:
+            rows = entries[name]
+            if kinds == {"matmul"}:
+                rows = rows_of_matmul_weight(rows)
+            source = source_tensor(rows)
+            got = keep(source, "gather" in kinds)
+            why, scheme = (got, None) if isinstance(got, str) else (None, got)
         k_axis = 1 if experts else -1
-        if why is None and "gather" in kinds and shape[k_axis] % block_size:
-            why = f"row length {shape[k_axis]} is not a multiple of the block size {block_size}"
-        choice, reason = _choice(name, method, excludes, overrides, report)
-        if why is None and choice == "float":
-            why = reason
-        if why is not None:
-            report.kept_float[name] = why
+        gathered = scheme is not None and "gather" in kinds
+        if why is None and gathered and shape[k_axis] % scheme.block_size:
+            why = (
+                f"row length {shape[k_axis]} is not a multiple of the block size "
+                f"{scheme.block_size}"
+            )
+        if why is not None or scheme is None:
+            report.kept_float[name] = why or "no scheme"
             continue
-        bits = _BITS[choice]
+        bits, block_size = scheme.bits, scheme.block_size
         rows_expr = entries[name]
-        scheme = QuantScheme(bits=bits, block_size=block_size, symmetric=symmetric, search=search)
         if experts:
             e, k, n = shape
             rows = rows_of_matmul_weight(rows_expr, experts=True).reshape([e * n, k])
@@ -213,9 +247,8 @@ def quantize_component(
             n, k = shape
         exprs = quantized(rows_expr, scheme)
         _rewrite(
-            graph, name, uses, n=n, k=k, bits=bits, block_size=block_size,
-            symmetric=symmetric, accuracy_level=accuracy_level, float_type=value.dtype,
-            new_entries=new_entries, exprs=exprs,
+            graph, name, uses, n=n, k=k, scheme=scheme, accuracy_level=accuracy_level,
+            float_type=value.dtype, new_entries=new_entries, exprs=exprs,
         )  # fmt: skip
         del entries[name]
         graph.initializers.pop(name)
@@ -224,6 +257,10 @@ def quantize_component(
             "bits": bits,
             "shape": [n, k],
         }
+        if keep is not None and quant is None:
+            report.tensors[name].update(
+                block_size=block_size, zero_points=_zero_point_kind(scheme), source=source
+            )
     report.initializers = set(new_entries)
     if report.tensors:
         model.opset_imports.setdefault(MS_DOMAIN, 1)
@@ -233,6 +270,13 @@ def quantize_component(
     for tensor, why in plan.ignored.items():
         out.ignore(tensor, why)
     return out, report
+
+
+def _zero_point_kind(scheme: QuantScheme) -> str:
+    """``none`` (symmetric), ``uint8`` or ``float`` (the manifest's words)."""
+    if scheme.float_zero_points:
+        return "float"
+    return "none" if scheme.symmetric else "uint8"
 
 
 _OP_OF_KIND = {"matmul": "MatMulNBits", "matmul_t": "MatMulNBits", "gather": "GatherBlockQuantized"}
@@ -267,17 +311,17 @@ def _rewrite(
     *,
     n: int,
     k: int,
-    bits: int,
-    block_size: int,
-    symmetric: bool,
+    scheme: QuantScheme,
     accuracy_level: int,
     float_type: ir.DataType,
     new_entries: dict[str, Any],
     exprs: QuantizedExprs,
 ) -> None:
-    """Replace every use of initializer ``name`` by its quantized op."""
+    """Replace every use of initializer ``name`` by its quantized op (float zero points:
+    ``[N, n_blocks]`` in the float type, MatMulNBits only)."""
     import numpy as np
 
+    bits, block_size = scheme.bits, scheme.block_size
     nb = n_blocks(k, block_size)
     blob = block_size * bits // 8
     gathers = any(u.kind == "gather" for u in uses)
@@ -288,7 +332,16 @@ def _rewrite(
     scales = _new_init(graph, f"{name}.scales", scale_shape, float_type)
     new_entries[scales.name] = exprs.scales.reshape(scale_shape) if gathers else exprs.scales
     zp = gather_zp = None
-    if not symmetric:
+    if scheme.float_zero_points:
+        if gathers:
+            raise BuildError(
+                f"cannot give {name!r} float zero points: a Gather reads it",
+                where=f"graph {graph.name!r}",
+                fix="this is a bug in the scheme choice; report it",
+            )
+        zp = _new_init(graph, f"{name}.zero_points", (n, nb), float_type)
+        new_entries[zp.name] = exprs.zero_points
+    elif not scheme.symmetric:
         zp_cols = zero_point_cols(nb, bits)
         if any(u.kind != "gather" for u in uses):
             zp = _new_init(graph, f"{name}.zero_points", (n, zp_cols), ir.DataType.UINT8)
@@ -465,3 +518,80 @@ def manifest_entry(
         "exclude": list(quant.exclude),
         "components": components,
     }
+
+
+KEPT_METHOD = "kept-from-source"
+"""The manifest's ``quantization.method`` of a build that keeps a GGUF file's blocks."""
+
+
+class SourceQuant:
+    """A build that keeps the checkpoint's own quantization (a GGUF file built without
+    ``--quant`` or ``--dtype``): the :data:`KeepScheme` of :func:`quantize_component`,
+    asking the checkpoint's ``kept_scheme`` for every tensor, then the manifest entry
+    and the lines the build prints (tensors dequantized and why, the largest weight
+    error of each format ``--target cpu`` approximated)."""
+
+    def __init__(self, checkpoint: Any, target: str) -> None:
+        from mobius.weights.quantize import WeightErrors
+
+        self.checkpoint = checkpoint
+        self.target = target
+        self.errors = WeightErrors()
+
+    def __call__(self, tensor: str | None, gather: bool) -> QuantScheme | str:
+        if tensor is None:
+            return "computed from checkpoint tensors (dequantized)"
+        return self.checkpoint.kept_scheme(
+            tensor, target=self.target, gather=gather, errors=self.errors
+        )
+
+    def source_type(self, tensor: str | None) -> str | None:
+        info = self.checkpoint.tensors.get(tensor) if tensor else None
+        return getattr(info, "ggml_type", None)
+
+    def manifest_entry(
+        self, options: BuildOptions, reports: Mapping[str, ComponentQuant], graphs: Any
+    ) -> dict[str, Any]:
+        """The manifest's ``"quantization"`` object: per tensor its op, bits, block
+        size, zero points and source (GGUF) tensor and type."""
+        components: dict[str, Any] = {}
+        for name, report in reports.items():
+            q_bytes, f_bytes = initializer_bytes(graphs[name], report.initializers)
+            tensors = {
+                t: {**entry, "source_type": self.source_type(entry.get("source"))}
+                for t, entry in sorted(report.tensors.items())
+            }
+            components[name] = {
+                "tensors": tensors,
+                "kept_float": dict(sorted(report.kept_float.items())),
+                "quantized_bytes": q_bytes,
+                "other_bytes": f_bytes,
+            }
+        return {
+            "method": KEPT_METHOD,
+            "format": "gguf",
+            "accuracy_level": QuantOptions().level_for(options.target),
+            "activation_dtype": options.port_dtype,
+            "components": components,
+        }
+
+    def dequantized(self, reports: Mapping[str, ComponentQuant]) -> list[str]:
+        """One line per reason a quantized source tensor was dequantized."""
+        by_why: dict[str, list[str]] = {}
+        for report in reports.values():
+            for tensor, why in report.kept_float.items():
+                if "dequantized" in why:
+                    by_why.setdefault(why, []).append(tensor)
+        lines = []
+        for why, names in sorted(by_why.items()):
+            shown = ", ".join(names[:4]) + (f" … ({len(names)} in all)" if len(names) > 4 else "")
+            lines.append(f"kept float: {shown}: {why}")
+        return lines
+
+    def approximations(self) -> dict[str, tuple[float, int]]:
+        """GGUF type → (largest |weight error|, tensors) of the ``--target cpu`` forms,
+        known once the tensors were written."""
+        return {
+            key: (value, len(self.errors.tensors.get(key, ())))
+            for key, value in sorted(self.errors.largest.items())
+        }

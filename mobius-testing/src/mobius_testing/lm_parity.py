@@ -455,3 +455,48 @@ def parity_tests(
         test_f16_top1,
         test_config_shapes_build_identically,
     )
+
+
+_MEASURED_BUILD = """
+import json, resource, sys, time
+from mobius.cli import main
+start = time.perf_counter()
+sys.argv = ["mobius", "build", *sys.argv[1:]]
+try:
+    main()
+    code = 0
+except SystemExit as exc:
+    code = exc.code or 0
+print("MOBIUS_BUILD_STATS " + json.dumps({
+    "code": code, "seconds": time.perf_counter() - start,
+    "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+sys.exit(code)
+"""
+
+
+@dataclass(frozen=True)
+class MeasuredBuild:
+    """A ``mobius build`` run in its own process (so ``ru_maxrss`` is the build's)."""
+
+    out: Path
+    seconds: float
+    peak_rss: int
+    """Bytes (Linux ``ru_maxrss``, file pages included)."""
+    package_bytes: int
+    stdout: str
+
+
+def measured_build(source: Path, out: Path, *args: str, timeout: float = 1800) -> MeasuredBuild:
+    """``mobius build SOURCE OUT ARGS`` in a child Python; fails the test when it fails."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURED_BUILD, str(source), str(out), *args],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("MOBIUS_BUILD_STATS "))
+    stats = json.loads(line.split(" ", 1)[1])
+    size = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file())
+    return MeasuredBuild(Path(out), stats["seconds"], stats["peak_rss"], size, done.stdout)

@@ -24,6 +24,9 @@ and are offered as the checkpoint's side files.
 Tensors are served lazily, like safetensors tensors: nothing is read until the package
 is written, then each tensor is read with plain file reads (no memory map) and
 dequantized with ``gguf.quants.dequantize``, whole or a bounded range of rows at a time.
+A build that keeps the file's quantization (the default: no ``--quant``, no ``--dtype``)
+asks :meth:`GGUFCheckpoint.kept_scheme` how each tensor is stored and reads the blocks of
+:data:`STORED_FORMS` types through :meth:`GGUFCheckpoint.stored_quantized` instead.
 """
 
 from __future__ import annotations
@@ -84,9 +87,43 @@ _PLAIN = {
 """GGUF types served as they are (mobius dtype name); every other type is dequantized to
 float32."""
 
-KEPT = {"Q8_0": 8, "Q4_0": 4}
-"""GGUF types whose blocks are exactly a symmetric MatMulNBits / GatherBlockQuantized
-scheme (block 32): ``--quant int8`` / ``int4`` keeps them as they are."""
+STORED_FORMS: dict[str, tuple[int, int, bool]] = {
+    "Q8_0": (8, 32, False),
+    "Q4_0": (4, 32, False),
+    "Q5_0": (8, 32, False),
+    "Q6_K": (8, 16, False),
+    "Q4_1": (4, 32, True),
+    "Q4_K": (4, 32, True),
+}
+"""GGUF types whose blocks are exactly a MatMulNBits / GatherBlockQuantized scheme:
+type → (bits, block size, float zero points). Q8_0 / Q4_0 / Q5_0 / Q6_K hold
+``d · (q − c)`` (Q6_K: ``d · sc · (q − 32)`` per 16 values), kept as symmetric levels
+``q − c + 2**(bits−1)`` (Q5_0 and Q6_K in 8 bits) with the scale ``d`` (``d · sc``,
+exact in float32); Q4_1 / Q4_K hold ``d · q + m`` (Q4_K: ``d·sc · q − dmin·m`` per 32),
+kept as 4-bit levels ``q`` with the scale and the float zero point ``−m / scale``
+(MatMulNBits reads ``(q − zp) · scale``: one float rounding). The levels are read by
+``gguf.quants.dequantize`` itself, of each block with its scales set to 1."""
+
+APPROXIMATED = ("Q4_1", "Q5_1", "Q4_K", "Q5_K")
+"""GGUF types with a float minimum per block: float zero points are exact but
+onnxruntime's CPU kernel runs them unpacked (65× slower), and takes none in 8 bits; with
+``--target cpu`` they are requantized from gguf's dequantization into 8-bit blocks of
+32 with integer zero points (the fast kernel), the largest weight error printed."""
+
+CPU_FORM = (8, 32)
+"""``--target cpu``'s form of :data:`APPROXIMATED` types: bits, block size."""
+
+_UNIT_SCALE: dict[str, tuple[tuple[int, bytes], ...]] = {
+    "Q8_0": ((0, b"\x00\x3c"),),
+    "Q4_0": ((0, b"\x00\x3c"),),
+    "Q5_0": ((0, b"\x00\x3c"),),
+    "Q4_1": ((0, b"\x00\x3c\x00\x00"),),
+    "Q6_K": ((192, b"\x01" * 16 + b"\x00\x3c"),),
+    "Q4_K": ((0, b"\x00\x3c\x00\x00" + b"\x01" * 4 + b"\x00" * 4 + b"\x01" * 4),),
+}
+"""(byte offset, bytes) written into each block of a :data:`STORED_FORMS` type so that
+gguf's dequantization gives its levels: fp16 scales 1 (``0x3c00``), minimums 0, Q6_K's
+int8 sub-scales 1, Q4_K's packed 6-bit sub-scales 1 and sub-minimums 0."""
 
 _NUMPY = {
     "float32": np.dtype("<f4"),
@@ -112,6 +149,10 @@ class Transform(ABC):
     are read as zeros), never the row length.
     """
 
+    moves_rows: bool = False
+    """Whether it only moves (or adds zero) rows, never changing a value: then a
+    tensor's quantized blocks can be kept, their rows moved the same way."""
+
     def out_shape(self, shape: tuple[int, ...], where: str) -> tuple[int, ...]:
         """The shape after this transform; CheckpointError when it cannot apply."""
         return shape
@@ -129,6 +170,7 @@ class Transform(ABC):
 @dataclass(frozen=True)
 class _Unpermute(Transform):
     n_head: int
+    moves_rows = True
 
     def out_shape(self, shape: tuple[int, ...], where: str) -> tuple[int, ...]:
         if not shape or shape[0] % (2 * self.n_head):
@@ -160,6 +202,7 @@ class _AddConstant(Transform):
 @dataclass(frozen=True)
 class _PadRows(Transform):
     rows: int
+    moves_rows = True
 
     def out_shape(self, shape: tuple[int, ...], where: str) -> tuple[int, ...]:
         if not shape or shape[0] > self.rows:
@@ -611,15 +654,12 @@ class GGUFCheckpoint(Checkpoint):
 
         cols = info.row_length
         qtype = gguf.GGMLQuantizationType[info.ggml_type]
-        block, type_size = gguf.GGML_QUANT_SIZES[qtype]
-        row_bytes = cols * type_size // block
         stored = math.prod(info.stored_shape[:-1]) if len(info.stored_shape) > 1 else 1
         dtype = _NUMPY[info.dtype_name]
         out = np.zeros((stop - first, cols), dtype=dtype)
         have = max(0, min(stop, stored) - first)
         if have:
-            raw = np.empty((have, row_bytes), dtype=np.uint8)
-            _read_exact(info, info.start + first * row_bytes, memoryview(raw.reshape(-1)))
+            raw = self._raw_rows(info, first, first + have)
             if info.ggml_type in _PLAIN:
                 out[:have] = raw.view(dtype).reshape(have, cols)
             else:
@@ -629,43 +669,158 @@ class GGUFCheckpoint(Checkpoint):
             out = transform.apply(out, info.stored_shape)
         return out
 
-    def stored_quantized(
-        self, name: str, bits: int, block_size: int, symmetric: bool, scale_dtype: Any
-    ) -> Any:
-        """A reader ``(r0, r1) -> mobius.weights.quantize.QuantizedRows`` of tensor
-        ``name``'s own blocks when they are exactly MatMulNBits' ``bits`` / ``block_size``
-        symmetric scheme (:data:`KEPT`: Q8_0 = 8 bits, zero point 128; Q4_0 = 4 bits, zero
-        point 8; blocks of 32, one fp16 scale each), else None. The scales are stored in
-        ``scale_dtype`` (float32 or float16: exact for fp16 scales; bfloat16 is not)."""
+    def kept_scheme(self, name: str, *, target: str, gather: bool, errors: Any = None) -> Any:
+        """How a build that keeps the file's quantization stores tensor ``name``: a
+        :class:`mobius.weights.quantize.QuantScheme`, or why it stays float (a str).
+
+        ``gather``: a GatherBlockQuantized reads it (an embedding, a tied head), which
+        takes no float zero points. ``errors`` (a ``WeightErrors``) records the weight
+        error of the ``--target cpu`` approximations (:data:`APPROXIMATED`).
+        """
+        from mobius.weights.quantize import QuantScheme
+
         info = self.tensors.get(name)
+        if not isinstance(info, GGUFTensorInfo):
+            return "not a tensor of the GGUF file"
+        kind = info.ggml_type
+        if kind in _PLAIN:
+            return f"stored {kind}"
+        if len(info.shape) != 2:
+            return f"{kind}: {len(info.shape)}-D (dequantized)"
+        if not all(t.moves_rows for t in info.transforms):
+            return f"{kind}: a transform changes its values (dequantized)"
+        form = STORED_FORMS.get(kind)
+        if form is not None and not form[2]:
+            return QuantScheme(bits=form[0], block_size=form[1], symmetric=True)
+        if kind in APPROXIMATED and target == "cpu":
+            bits, block = CPU_FORM
+            return QuantScheme(
+                bits=bits, block_size=block, symmetric=False, errors=errors, error_key=kind
+            )
+        if form is not None and not gather:
+            return QuantScheme(
+                bits=form[0], block_size=form[1], symmetric=False, float_zero_points=True
+            )
+        if form is not None:
+            return (
+                f"{kind} read by GatherBlockQuantized, which takes no float zero points "
+                "(dequantized; --target cpu stores it as int8 blocks)"
+            )
+        if kind in APPROXIMATED:
+            return (
+                f"{kind} has no exact form: onnxruntime's MatMulNBits takes float zero points "
+                "in 2 and 4 bits only (dequantized; --target cpu stores it as int8 blocks)"
+            )
+        return (
+            f"{kind} has no MatMulNBits / GatherBlockQuantized form (dequantized; "
+            "--quant int4|int8 requantizes it)"
+        )
+
+    def stored_quantized(self, name: str, scheme: Any, scale_dtype: Any) -> Any:
+        """A reader ``(r0, r1) -> mobius.weights.quantize.QuantizedRows`` of tensor
+        ``name``'s own blocks when they are exactly ``scheme`` (:data:`STORED_FORMS`), else
+        None. The scales (and float zero points) are stored in ``scale_dtype`` (float32:
+        exact; float16: one rounding, exact for Q8_0 / Q4_0 / Q5_0's fp16 scales)."""
+        info = self.tensors.get(name)
+        if not isinstance(info, GGUFTensorInfo):
+            return None
+        form = STORED_FORMS.get(info.ggml_type)
+        wanted = (scheme.bits, scheme.block_size, scheme.float_zero_points)
         if (
-            not isinstance(info, GGUFTensorInfo)
-            or KEPT.get(info.ggml_type) != bits
-            or block_size != 32
-            or not symmetric
-            or info.transforms
+            form != wanted
+            or scheme.symmetric != (not form[2])
+            or not all(t.moves_rows for t in info.transforms)
             or len(info.shape) != 2
             or np.dtype(scale_dtype) not in (np.dtype(np.float32), np.dtype(np.float16))
         ):
             return None
-        return lambda first, stop: self._stored_rows(info, bits, np.dtype(scale_dtype), first, stop)
+        dtype = np.dtype(scale_dtype)
+        return lambda first, stop: self._stored_rows(info, dtype, first, stop)
 
-    def _stored_rows(
-        self, info: GGUFTensorInfo, bits: int, scale_dtype: np.dtype, first: int, stop: int
-    ) -> Any:
+    def _stored_rows(self, info: GGUFTensorInfo, dtype: np.dtype, first: int, stop: int) -> Any:
+        """Rows ``first:stop`` as :data:`STORED_FORMS` blocks: whole groups of rows are read
+        and decoded, moved by the tensor's transforms, then cut to the range."""
         from mobius.weights.quantize import QuantizedRows
 
-        rows, cols = stop - first, info.row_length
-        blocks = np.empty((rows, cols // 32, 2 + 32 * bits // 8), dtype=np.uint8)
-        _read_exact(info, info.start + first * blocks[0].size, memoryview(blocks.reshape(-1)))
-        scales = blocks[..., :2].copy().view(np.float16)[..., 0].astype(scale_dtype)
-        if bits == 8:  # int8 q; MatMulNBits reads (u - 128): u = q + 128
-            packed = (blocks[..., 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
-        else:  # Q4_0 byte j holds elements j (low) and j + 16 (high); MatMulNBits 2j, 2j + 1
-            qs = blocks[..., 2:]
-            nibbles = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
-            packed = (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).astype(np.uint8)
+        group = info.group
+        g0, g1 = first // group * group, min(-(-stop // group) * group, info.rows)
+        stored = math.prod(info.stored_shape[:-1])
+        have = max(0, min(g1, stored) - g0)
+        parts = _decode_blocks(info, self._raw_rows(info, g0, g0 + have), dtype)
+        if g1 - g0 > have:  # pad_rows: rows past the stored ones read as zeros
+            parts = [
+                np.concatenate([p, np.zeros((g1 - g0 - have, *p.shape[1:]), p.dtype)])
+                for p in parts
+            ]
+        for transform in info.transforms:
+            parts = [
+                transform.apply(p.reshape(len(p), -1), info.stored_shape).reshape(p.shape)
+                for p in parts
+            ]
+        packed, scales, zero_points = (p[first - g0 : stop - g0] for p in parts)
+        if info.ggml_type in ("Q4_1", "Q4_K"):
+            return QuantizedRows(packed=packed, scales=scales, zero_points=zero_points)
         return QuantizedRows(packed=packed, scales=scales, zero_points=None)
+
+    def _raw_rows(self, info: GGUFTensorInfo, first: int, stop: int) -> np.ndarray:
+        """The stored bytes of rows ``first:stop`` (``[rows, row bytes]`` uint8)."""
+        import gguf
+
+        block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[info.ggml_type]]
+        row_bytes = info.row_length * type_size // block
+        raw = np.empty((stop - first, row_bytes), dtype=np.uint8)
+        _read_exact(info, info.start + first * row_bytes, memoryview(raw.reshape(-1)))
+        return raw
+
+
+def _decode_blocks(info: GGUFTensorInfo, raw: np.ndarray, dtype: np.dtype) -> list[np.ndarray]:
+    """[packed, scales, zero points] of the ``[rows, row bytes]`` blocks ``raw`` of a
+    :data:`STORED_FORMS` tensor (zero points: float, or zeros for a symmetric type)."""
+    import gguf
+
+    from mobius.weights.quantize import pack_levels
+
+    kind = info.ggml_type
+    qtype = gguf.GGMLQuantizationType[kind]
+    bits, block, float_zp = STORED_FORMS[kind]
+    type_size = gguf.GGML_QUANT_SIZES[qtype][1]
+    rows, cols = raw.shape[0], info.row_length
+    blocks = raw.reshape(rows, -1, type_size)
+    unit = blocks.copy()
+    for at, data in _UNIT_SCALE[kind]:
+        unit[..., at : at + len(data)] = np.frombuffer(data, np.uint8)
+    levels = gguf.quants.dequantize(unit.reshape(rows, -1), qtype).reshape(rows, cols)
+    if not float_zp:
+        levels = levels + np.float32(1 << (bits - 1))
+    levels = levels.astype(np.uint8)
+
+    def half(at: int) -> np.ndarray:
+        return blocks[..., at : at + 2].copy().view(np.float16)[..., 0].astype(np.float32)
+
+    minimum = None
+    if kind == "Q6_K":
+        sub = blocks[..., 192:208].view(np.int8).astype(np.float32)
+        scale = (half(208)[..., None] * sub).reshape(rows, -1)
+    elif kind == "Q4_K":
+        sc, mn = gguf.quants.Q4_K.get_scale_min(blocks[..., 4:16].reshape(-1, 12))
+        scale = (half(0)[..., None] * sc.reshape(rows, -1, 8)).reshape(rows, -1)
+        minimum = (half(2)[..., None] * mn.reshape(rows, -1, 8)).reshape(rows, -1)
+    else:
+        scale = half(0)
+        if kind == "Q4_1":
+            minimum = -half(2)
+    if minimum is None:
+        zero = np.zeros(scale.shape, dtype)
+    else:  # d·q − min = d · (q − min / d)
+        zero = np.divide(minimum, scale, out=np.ones_like(scale), where=scale != 0)
+        flat = scale == 0  # every value is −min: levels 0, scale min, zero point 1
+        if flat.any():
+            levels = levels.reshape(rows, -1, block)
+            levels[flat] = 0
+            levels = levels.reshape(rows, cols)
+            scale = np.where(flat, minimum, scale)
+    packed = pack_levels(levels, bits).reshape(rows, cols // block, -1)
+    return [packed, scale.astype(dtype), zero.astype(dtype)]
 
 
 def _read_exact(info: GGUFTensorInfo, offset: int, buffer: memoryview) -> None:

@@ -232,9 +232,14 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         source: Annotated[str, typer.Argument(help="Checkpoint folder or HuggingFace Hub id.")],
         out: Annotated[str, typer.Argument(help="Folder to write the package to.")],
-        dtype: Annotated[Dtype, typer.Option("--dtype", help="Float dtype of the package.")] = (
-            Dtype.f32
-        ),
+        dtype: Annotated[
+            Dtype | None,
+            typer.Option(
+                "--dtype",
+                help="Float dtype of the package (default f32; a GGUF file then keeps its "
+                "quantization, and any --dtype dequantizes it).",
+            ),
+        ] = None,
         target: Annotated[Target, typer.Option("--target", help="Execution target.")] = (
             Target.default
         ),
@@ -331,7 +336,7 @@ def register(app: typer.Typer) -> None:
                 result = run_build(
                     source,
                     out,
-                    dtype=dtype.value,
+                    dtype=None if dtype is None else dtype.value,
                     target=target.value,
                     revision=revision,
                     force=force,
@@ -348,3 +353,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"  {name}: {human_size(size)}")
             if result.unused:
                 typer.echo(f"  unused checkpoint tensors: {len(result.unused)}")
+            for kind, (error, count) in result.weight_errors.items():
+                typer.echo(
+                    f"  {kind} approximated ({count} tensors as int8 blocks): largest weight "
+                    f"error {error:.3g}"
+                )

@@ -50,16 +50,51 @@ def describe(package: Any) -> dict[str, Any]:
     }
 
 
+def _form(t: dict[str, Any]) -> str:
+    """``MatMulNBits int4 b32 zp float`` of one quantized tensor's manifest entry."""
+    ops = "+".join(t.get("ops", []))
+    text = f"{ops} int{t.get('bits')}"
+    if "block_size" in t:
+        text += f" b{t['block_size']} zp {t.get('zero_points')}"
+    return text
+
+
+def _print_source_types(info: dict[str, Any]) -> None:
+    """Every tensor of a GGUF source with its type, and the form it took."""
+    types = (info.get("source") or {}).get("tensor_types")
+    if not isinstance(types, dict):
+        return
+    forms: dict[str, str] = {}
+    for c in ((info.get("quantization") or {}).get("components") or {}).values():
+        for t in (c.get("tensors") or {}).values():
+            if t.get("source"):
+                forms[t["source"]] = _form(t)
+    counts: dict[str, int] = {}
+    for kind in types.values():
+        counts[kind] = counts.get(kind, 0) + 1
+    listing = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    typer.echo(f"source tensors (GGUF types): {len(types)} ({listing})")
+    for name, kind in types.items():
+        form = forms.get(name)
+        typer.echo(f"    {name}: {kind}" + (f" -> {form}" if form else ""))
+
+
 def _print_quantization(q: dict[str, Any]) -> None:
     from mobius.cli.cmd_build import human_size
 
     echo = typer.echo
-    sym = "symmetric" if q.get("symmetric") else "asymmetric"
-    echo(
-        f"quantization: {q.get('format')} ({q.get('method')}), block {q.get('block_size')}, "
-        f"{sym}, accuracy level {q.get('accuracy_level')}, "
-        f"activations {q.get('activation_dtype')}"
-    )
+    if q.get("method") == "kept-from-source":
+        echo(
+            f"quantization: kept from the {q.get('format')} file's blocks, accuracy level "
+            f"{q.get('accuracy_level')}, activations {q.get('activation_dtype')}"
+        )
+    else:
+        sym = "symmetric" if q.get("symmetric") else "asymmetric"
+        echo(
+            f"quantization: {q.get('format')} ({q.get('method')}), block "
+            f"{q.get('block_size')}, {sym}, accuracy level {q.get('accuracy_level')}, "
+            f"activations {q.get('activation_dtype')}"
+        )
     if q.get("exclude"):
         echo(f"    excluded: {', '.join(q['exclude'])}")
     for name, c in (q.get("components") or {}).items():
@@ -67,7 +102,7 @@ def _print_quantization(q: dict[str, Any]) -> None:
         ops: dict[str, int] = {}
         for t in tensors.values():
             for op in t.get("ops", []):
-                key = f"{op} int{t.get('bits')}"
+                key = _form({**t, "ops": [op]})
                 ops[key] = ops.get(key, 0) + 1
         listing = ", ".join(f"{n} {k}" for k, n in sorted(ops.items())) or "none"
         # a tied table feeds both ops: counted under each, stored once (53 = 2 + 52 - 1)
@@ -110,6 +145,7 @@ def _print_text(info: dict[str, Any]) -> None:
                 echo(f"    {line}")
     if info.get("quantization"):
         _print_quantization(info["quantization"])
+    _print_source_types(info)
 
 
 def register(app: typer.Typer) -> None:

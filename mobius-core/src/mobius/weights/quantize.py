@@ -149,8 +149,8 @@ def quantize_rows(
         zp = None
     else:
         scales, q, zp_levels = _search_asymmetric(x, levels, ratios, np.dtype(scale_dtype))
-        zp = _pack(zp_levels, bits) if bits == 4 else zp_levels
-    packed = _pack(q.reshape(rows, nb * block_size), bits).reshape(rows, nb, -1)
+        zp = pack_levels(zp_levels, bits) if bits == 4 else zp_levels
+    packed = pack_levels(q.reshape(rows, nb * block_size), bits).reshape(rows, nb, -1)
     return QuantizedRows(packed, scales, zp)
 
 
@@ -258,7 +258,7 @@ def _search_asymmetric(
     return scale.astype(dtype), q.astype(np.uint8), zp.astype(np.uint8)
 
 
-def _pack(values: np.ndarray, bits: int) -> np.ndarray:
+def pack_levels(values: np.ndarray, bits: int) -> np.ndarray:
     """uint8 levels ``[R, M]`` packed along the last axis (4-bit: even value in the low nibble)."""
     values = values.astype(np.uint8)
     if bits == 8:
@@ -277,7 +277,8 @@ def unpack_zero_points(packed: np.ndarray, nb: int, bits: int) -> np.ndarray:
 
 
 def dequantize_rows(q: QuantizedRows, k: int, *, bits: int, block_size: int) -> np.ndarray:
-    """The float32 ``[R, k]`` matrix ``q`` reads back as (for tests and error figures)."""
+    """The float32 ``[R, k]`` matrix ``q`` reads back as (for tests and error figures);
+    float zero points (``[R, n_blocks]`` in a float type) are read unpacked."""
     rows, nb, _ = q.packed.shape
     flat = q.packed.reshape(rows, -1)
     if bits == 4:
@@ -287,6 +288,8 @@ def dequantize_rows(q: QuantizedRows, k: int, *, bits: int, block_size: int) -> 
     levels = levels[:, : nb * block_size].reshape(rows, nb, block_size).astype(np.float32)
     if q.zero_points is None:
         zero = np.full((rows, nb), float(1 << (bits - 1)), np.float32)
+    elif q.zero_points.dtype.kind == "f":
+        zero = q.zero_points.reshape(rows, nb)
     else:
         zero = unpack_zero_points(q.zero_points, nb, bits)
     scales = q.scales.astype(np.float32).reshape(rows, nb)
@@ -336,14 +339,9 @@ def quantize_experts(
 # --------------------------------------------------------------------------- lazy
 
 
-def _stored_blocks(rows: TensorExpr, checkpoint: Any, scheme: Any, scale_dtype: np.dtype):
-    """A reader ``(r0, r1) -> QuantizedRows`` of rows the checkpoint already holds
-    quantized in exactly ``scheme`` (a GGUF Q8_0 / Q4_0 tensor: see
-    ``GGUFCheckpoint.stored_quantized``), or None. Only for ``rows`` that are a checkpoint
-    tensor itself, up to float casts and a transpose undone."""
-    take = getattr(checkpoint, "stored_quantized", None)
-    if take is None:
-        return None
+def source_tensor(rows: TensorExpr) -> str | None:
+    """The checkpoint tensor whose rows ``rows`` are, up to float casts and transposes
+    that undo each other, or None (a computed tensor)."""
     flips, expr = 0, rows
     while not isinstance(expr, _Ref):
         if isinstance(expr, _Cast):
@@ -352,9 +350,31 @@ def _stored_blocks(rows: TensorExpr, checkpoint: Any, scheme: Any, scale_dtype: 
             flips, expr = flips + 1, expr.src
         else:
             return None
-    if flips % 2:
+    return None if flips % 2 else expr.name
+
+
+def _stored_blocks(rows: TensorExpr, checkpoint: Any, scheme: Any, scale_dtype: np.dtype):
+    """A reader ``(r0, r1) -> QuantizedRows`` of rows the checkpoint already holds
+    quantized in exactly ``scheme`` (a GGUF tensor whose blocks are that scheme: see
+    ``GGUFCheckpoint.stored_quantized``), or None."""
+    take = getattr(checkpoint, "stored_quantized", None)
+    name = source_tensor(rows)
+    if take is None or name is None:
         return None
-    return take(expr.name, scheme.bits, scheme.block_size, scheme.symmetric, scale_dtype)
+    return take(name, scheme, scale_dtype)
+
+
+@dataclass(eq=False)
+class WeightErrors:
+    """The largest ``|dequantized - source|`` of the tensors quantized with this log in
+    their scheme, per key (a GGUF block format approximated by ``--target cpu``)."""
+
+    largest: dict[str, float] = field(default_factory=dict)
+    tensors: dict[str, set[str]] = field(default_factory=dict)
+
+    def record(self, key: str, tensor: str, value: float) -> None:
+        self.largest[key] = max(self.largest.get(key, 0.0), value)
+        self.tensors.setdefault(key, set()).add(tensor)
 
 
 @dataclass(frozen=True)
@@ -365,6 +385,14 @@ class QuantScheme:
     block_size: int = 32
     symmetric: bool = True
     search: bool = True
+    float_zero_points: bool = False
+    """Zero points in the scales' float type, one per block, unpacked (MatMulNBits only;
+    onnxruntime's CPU kernel takes them for 2 and 4 bits, unpacked and slow). Only a
+    checkpoint's own blocks are stored so (:func:`_stored_blocks`)."""
+    errors: WeightErrors | None = field(default=None, compare=False, repr=False)
+    """Where to record the largest weight error of each quantized block (under
+    ``error_key``), when the error is to be reported."""
+    error_key: str = ""
 
 
 @dataclass(eq=False)
@@ -403,6 +431,13 @@ class _Job:
             for start in range(r0, r1, step):
                 yield stored(start, min(start + step, r1))
             return
+        if self.scheme.float_zero_points:
+            raise WeightPlanError(
+                "float zero points are only kept from a checkpoint's own blocks, and "
+                "this tensor's blocks are not that scheme",
+                where=repr(self.rows),
+            )
+        errors = self.scheme.errors
         whole = None if self.rows._streamable(checkpoint) else self.rows.evaluate(checkpoint)
         quantize = functools.partial(
             quantize_rows,
@@ -412,8 +447,18 @@ class _Job:
             scale_dtype=NUMPY_DTYPES[dtype],
             search=self.scheme.search,
         )
+
+        def done(item: tuple[Future[QuantizedRows], np.ndarray]) -> QuantizedRows:
+            q = item[0].result()
+            if errors is not None:
+                s = self.scheme
+                back = dequantize_rows(q, k, bits=s.bits, block_size=s.block_size)
+                delta = float(np.abs(back - item[1]).max(initial=0.0))
+                errors.record(s.error_key, source_tensor(self.rows) or repr(self.rows), delta)
+            return q
+
         with ThreadPoolExecutor(QUANT_THREADS, thread_name_prefix="mobius-quant") as pool:
-            pending: deque[Future[QuantizedRows]] = deque()
+            pending: deque[tuple[Future[QuantizedRows], np.ndarray]] = deque()
             for start in range(r0, r1, step):
                 stop = min(start + step, r1)
                 if whole is not None:
@@ -421,11 +466,11 @@ class _Job:
                 else:
                     pieces = list(self.rows._stream(checkpoint, start * k, stop * k, step * k))
                     block = np.concatenate(pieces).reshape(stop - start, k)
-                pending.append(pool.submit(quantize, block))
+                pending.append((pool.submit(quantize, block), block))
                 if len(pending) >= QUANT_THREADS:
-                    yield pending.popleft().result()
+                    yield done(pending.popleft())
             while pending:
-                yield pending.popleft().result()
+                yield done(pending.popleft())
 
     def side_outputs(self, checkpoint: Checkpoint) -> dict[str, np.ndarray]:
         """Scales and zero points: kept by a finished packed stream, else computed."""
@@ -447,6 +492,8 @@ class _Job:
         if zps:
             packed = np.concatenate(zps)
             self.cache["zero_points"] = packed
+            if self.scheme.float_zero_points:  # MatMulNBits only: no gather form
+                return
             nb = self.cache["scales"].shape[1]
             self.cache["gather_zero_points"] = unpack_zero_points(
                 packed, nb, self.scheme.bits
@@ -462,7 +509,7 @@ class _QuantPart(TensorExpr):
 
     def __repr__(self) -> str:
         s = self.job.scheme
-        sym = "sym" if s.symmetric else "asym"
+        sym = "float-zp" if s.float_zero_points else "sym" if s.symmetric else "asym"
         how = "" if s.search else ", rtn"  # the scale choice changes the bytes
         return f"{self.job.rows!r}.quantize(int{s.bits}, {s.block_size}, {sym}{how}).{self.part}"
 
@@ -479,6 +526,8 @@ class _QuantPart(TensorExpr):
             return (rows, nb), dtype
         if self.part == "gather_zero_points":
             return (rows, nb, 1), "uint8"
+        if s.float_zero_points:
+            return (rows, nb), dtype
         return (rows, zero_point_cols(nb, s.bits)), "uint8"
 
     def _widest(self, checkpoint: Checkpoint) -> int:
@@ -550,12 +599,12 @@ def quantized(rows: TensorExpr, scheme: QuantScheme) -> QuantizedExprs:
     """
     check_scheme(scheme.bits, scheme.block_size)
     job = _Job(rows, scheme)
-    asym = not scheme.symmetric
+    asym = not scheme.symmetric or scheme.float_zero_points
     return QuantizedExprs(
         _QuantPart(job, "packed"),
         _QuantPart(job, "scales"),
         _QuantPart(job, "zero_points") if asym else None,
-        _QuantPart(job, "gather_zero_points") if asym else None,
+        _QuantPart(job, "gather_zero_points") if asym and not scheme.float_zero_points else None,
     )
 
 
