@@ -19,7 +19,8 @@ from mobius_qwen3.processors import format_chat_prompt
 def _build(config, options: BuildOptions):
     from mobius_qwen3.model import build_model
 
-    return build_model(config, options.dtype, options.target)
+    # BuildOptions.logits is new in core 0.1.4 (older cores build every position)
+    return build_model(config, options.dtype, options.target, getattr(options, "logits", "all"))
 
 
 def _weights(config, checkpoint, options: BuildOptions):
