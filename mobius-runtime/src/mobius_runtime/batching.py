@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from mobius_runtime.feeds import to_numpy, to_ortvalue
+from mobius_runtime.feeds import last_position, to_numpy, to_ortvalue
 from mobius_runtime.kvshare import GQA_OP, SEQ_AXIS
 
 log = logging.getLogger("mobius_runtime.batching")
@@ -159,7 +159,7 @@ class Batcher:
     def prefill(self, caller: Mapping[str, Any], capacity: int) -> tuple[np.ndarray, Cohort]:
         """Run a request's prompt alone; returns its last logits row and its cohort of one."""
         values = self.executor.step(caller, None, 0, capacity)
-        logits = to_numpy(values[self.plan.logits])[0, -1]
+        logits = last_position(values[self.plan.logits])[0]
         prompt = int(np.shape(caller["input_ids"])[1])
         state = self.executor.next_state(values)
         return logits, Cohort(state, [prompt], [capacity], bool(self._shared))
@@ -184,7 +184,7 @@ class Batcher:
         values = self.executor.step(
             {"input_ids": ids}, cohort.values, length, cohort.capacity, generated
         )
-        logits = to_numpy(values[self.plan.logits])[:, -1]
+        logits = last_position(values[self.plan.logits])
         cohort.values = self.executor.next_state(values)
         cohort.pasts = [p + 1 for p in cohort.pasts]
         return logits
