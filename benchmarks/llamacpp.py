@@ -106,7 +106,12 @@ class LlamaCpp:
         return self.llm.tokenize(text.encode(), add_bos=True, special=False)
 
     def _last(self) -> np.ndarray:
-        return self.llm.scores[self.llm.n_tokens - 1]
+        """The last evaluated position's logits, read in place (``llama_get_logits_ith``:
+        ``eval`` keeps no copy unless ``logits_all``)."""
+        import llama_cpp
+
+        ptr = llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.llm.n_vocab(),))
 
     def generate(self, ids: list[int], new: int) -> tuple[list[int], float, float]:
         llm = self.llm
