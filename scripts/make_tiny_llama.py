@@ -33,6 +33,7 @@ from make_tiny_checkpoint import (
     save_random_model,
     write_text_tokenizer,
 )
+from make_tiny_qwen3 import CHAT_TEMPLATE  # ChatML, as SmolLM2's template renders it
 
 SEED = 2718
 SPECIAL = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2, "<unk>": 3}
@@ -62,12 +63,6 @@ CONFIG = {
     "eos_token_id": SPECIAL["<|im_end|>"],
     "pad_token_id": SPECIAL["<|endoftext|>"],
 }
-
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 def make_model(out: Path) -> None:
