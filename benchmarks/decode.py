@@ -16,6 +16,7 @@ average is printed too (the machine is shared and noisy). Checkpoints:
               sharing) made with transformers from a fixed seed into /tmp
 
 Usage: python benchmarks/decode.py [--which tiny mid] [--targets default cpu] [--threads 2]
+                                  [--og-threads N (default: og's own session options)]
                                   [--new 64] [--runs 3] [--rounds 3] [--og-python PY] [--no-hf]
 The onnxruntime-genai venv: python -m venv .venv && .venv/bin/pip install
 onnxruntime-genai==0.18.0 tokenizers numpy (no onnxruntime-gpu in it).
@@ -114,10 +115,12 @@ def build(source: Path, out: Path, target: str) -> Path:
 class OgProcess:
     """onnxruntime-genai in its own venv (``og_decode.py``), one generation per request."""
 
-    def __init__(self, python: str, package: Path, ids: list[int], new: int, threads: int):
+    def __init__(
+        self, python: str, package: Path, ids: list[int], new: int, threads: int | None
+    ) -> None:
         script = Path(__file__).with_name("og_decode.py")
         cmd = [python, str(script), str(package), "--ids", ",".join(map(str, ids))]
-        cmd += ["--new", str(new), "--threads", str(threads)]
+        cmd += ["--new", str(new)] + ([] if threads is None else ["--threads", str(threads)])
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -152,7 +155,11 @@ def side_by_side(package: Path, ids, args) -> tuple:
     p = Pipeline.load(package, device="cpu", threads=args.threads)
     p.generate(input_ids=ids, max_new_tokens=4, stop_ids=())  # warm-up
     shared = ", ".join(f"{c}: {'shared' if on else 'concat'}" for c, on in p.kv_sharing.items())
-    og = OgProcess(args.og_python, package, ids, args.new, args.threads) if args.og_python else None
+    og = (
+        OgProcess(args.og_python, package, ids, args.new, args.og_threads)
+        if args.og_python
+        else None
+    )
     ours, theirs = [], []
     try:
         for _ in range(args.rounds * args.runs):
@@ -214,6 +221,12 @@ def main() -> None:
     ap.add_argument("--which", nargs="+", default=["tiny", "mid"], choices=["tiny", "mid"])
     ap.add_argument("--targets", nargs="+", default=["default", "cpu"], choices=["default", "cpu"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--og-threads",
+        type=int,
+        default=None,
+        help="onnxruntime-genai's intra-op threads (default: its own session options)",
+    )
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--runs", type=int, default=3)

@@ -9,7 +9,9 @@ prefill ms and the decode tokens/s, measured as mobius-runtime measures them
 it, per generated token). ``decode.py`` alternates these with its own generations so
 that both see the same machine load. A line ``quit`` (or end of input) ends it.
 
-Usage: python og_decode.py PACKAGE --ids 2,40,41 --new 64 --threads 2
+Usage: python og_decode.py PACKAGE --ids 2,40,41 --new 64 [--threads 2]
+Without ``--threads`` onnxruntime-genai keeps its own default session options (the fair
+comparison: forcing 2 intra-op threads made it up to 2x slower on a shared 2-core machine).
 """
 
 from __future__ import annotations
@@ -27,19 +29,20 @@ def main() -> None:
     ap.add_argument("package")
     ap.add_argument("--ids", required=True, help="comma-separated prompt ids")
     ap.add_argument("--new", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None, help="default: og's own options")
     args = ap.parse_args()
     ids = [int(i) for i in args.ids.split(",")]
     config = og.Config(args.package)
     config.clear_providers()
-    threads = {"intra_op_num_threads": args.threads, "inter_op_num_threads": 1}
-    with open(f"{args.package}/genai_config.json", encoding="utf-8") as f:
-        sections = [k for k in json.load(f)["model"] if isinstance(k, str)]
-    overlay = {"model": {}}
-    for name in ("decoder", "embedding"):
-        if name in sections:
-            overlay["model"][name] = {"session_options": threads}
-    config.overlay(json.dumps(overlay))
+    if args.threads is not None:
+        threads = {"intra_op_num_threads": args.threads, "inter_op_num_threads": 1}
+        with open(f"{args.package}/genai_config.json", encoding="utf-8") as f:
+            sections = [k for k in json.load(f)["model"] if isinstance(k, str)]
+        overlay = {"model": {}}
+        for name in ("decoder", "embedding"):
+            if name in sections:
+                overlay["model"][name] = {"session_options": threads}
+        config.overlay(json.dumps(overlay))
     model = og.Model(config)
 
     def once(new: int) -> tuple[list[int], float, float]:

@@ -296,3 +296,16 @@ def test_bf16_for_a_target_that_includes_cpu_warns_at_build(
         )
     expected = f"--dtype bf16 with --target {target}: the package will run on CUDA only"
     assert (expected in caplog.text) == warned, caplog.text
+
+
+def test_last_logits_from_a_family_that_keeps_every_position(tiny_host, tiny_checkpoint, tmp_path):
+    """``logits="last"`` is refused (one line, OUT untouched) for a family whose contract
+    does not declare one logits position, instead of a package that ignores it."""
+    from mobius.errors import BuildError
+
+    out = tmp_path / "pkg"
+    with pytest.raises(BuildError) as err:
+        mobius.build(str(tiny_checkpoint), str(out), host=tiny_host, logits="last")
+    assert "does not build last-position logits" in str(err.value)
+    assert "--logits last" in err.value.fix
+    assert not out.exists()

@@ -117,6 +117,22 @@ def test_decoder_graph_meets_its_contract(target, caplog):
     assert "lm_head.weight" in names
 
 
+@pytest.mark.parametrize("target", ["default", "cpu"])
+def test_last_position_logits_meet_their_contract(target):
+    """``logits="last"``: the head runs on one position; the graph declares
+    ``[batch, 1, vocab]`` and meets that contract."""
+    from mobius.lm.decoder import build_decoder, decoder_shape
+
+    cfg = _cfg()
+    model = build_decoder(cfg, "f32", target, family="toy", logits="last")
+    shape = decoder_shape(cfg)
+    validate(lm_contract(shape, "float32", logits="last"), {"model": model})
+    logits = next(p for p in lm_contract(shape, "float32", logits="last").components[0].outputs)
+    assert logits.name == "logits" and logits.shape == ("batch", 1, 64)
+    out = next(v for v in model.graph.outputs if v.name == "logits")
+    assert out.shape[1] == 1 and out.shape[2] == 64
+
+
 def test_bf16_cpu_keeps_attention_and_says_why(caplog):
     from mobius.lm.decoder import attention_path
 

@@ -97,6 +97,29 @@ def test_builds_runs_and_chats(tmp_path, target):
 
 
 @pytest.mark.l2
+@pytest.mark.parametrize("target", ["default", "cpu"])
+def test_last_position_logits_are_the_last_row(tmp_path, target):
+    """``--logits last`` (the head on the last position only): its logits are the last row
+    of the every-position package's, bit for bit, and greedy ids are the same."""
+    import mobius
+    from mobius_runtime import Pipeline
+
+    ckpt = _checkpoint(tmp_path / "ckpt", final_logit_softcapping=30.0)
+    every, last = (
+        Pipeline.load(
+            mobius.build(str(ckpt), str(tmp_path / k), target=target, logits=k).out, device="cpu"
+        )
+        for k in ("all", "last")
+    )
+    ids = np.array([[2, *range(40, 51)]], dtype=np.int64)
+    full, one = every.forward(input_ids=ids)["logits"], last.forward(input_ids=ids)["logits"]
+    assert full.shape == (1, 12, VOCAB) and one.shape == (1, 1, VOCAB)
+    np.testing.assert_array_equal(one[:, 0], full[:, -1])
+    kw = {"input_ids": ids, "max_new_tokens": 12, "stop_ids": ()}
+    assert last.generate(**kw).ids == every.generate(**kw).ids
+
+
+@pytest.mark.l2
 def test_cli_run_and_chat(tmp_path):
     """``mobius run`` / ``mobius chat`` (the installed console script) on the built package."""
     import subprocess

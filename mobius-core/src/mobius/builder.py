@@ -27,7 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from mobius.errors import CheckpointError, MobiusError
+from mobius.errors import BuildError, CheckpointError, MobiusError
 from mobius.progress import BuildProgress, NullProgress
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ def build(
     progress: BuildProgress | None = None,
     host: PluginHost | None = None,
     quant: str | QuantOptions | None = None,
+    logits: str = "all",
 ) -> BuildResult:
     """Build ``source`` (a checkpoint folder, a GGUF file or Hub id) into a package at ``out``.
 
@@ -82,6 +83,8 @@ def build(
     ``dtype`` None: ``f32``, and a GGUF file keeps its own quantization (its blocks
     become MatMulNBits / GatherBlockQuantized as they are; ``--target cpu``: the fast
     forms); any ``dtype`` given dequantizes it.
+    ``logits="last"`` makes the decoder's logits output cover the last position only
+    (families on :mod:`mobius.lm`; a BuildError for a family that does not honour it).
     Raises a :class:`~mobius.errors.MobiusError` subclass for anything a user can
     fix; OUT is untouched then.
     """
@@ -90,7 +93,7 @@ def build(
     out_path = Path(out).expanduser()
     keep_source = dtype is None and quant is None
     dtype = dtype or "f32"
-    options = build_options(dtype, target, quant)
+    options = build_options(dtype, target, quant, logits)
     if dtype == "bf16" and target != "cuda":
         # the package builds, but onnxruntime's CPU kernels have no bfloat16 for its ops
         # (mobius_runtime's bf16-on-CPU check refuses it at load; tests/test_bf16_on_cpu.py)
@@ -145,6 +148,7 @@ def build(
 
     config = host.read_config(model_type, raw)
     contract = host.pipeline_contract(model_type, config, options)
+    _check_logits(contract, options, owner)
 
     from mobius.chat_files import chat_files, check_chat_template
 
@@ -339,7 +343,24 @@ def _refuse_non_float(found: list[tuple[str, str, str]], checkpoint: Any) -> Non
     )
 
 
-def build_options(dtype: str, target: str, quant: str | QuantOptions | None) -> BuildOptions:
+def _check_logits(contract: Any, options: BuildOptions, owner: str) -> None:
+    """``--logits last`` only for a family whose contract then gives one logits position."""
+    if options.logits != "last":
+        return
+    for key in contract.outputs:
+        comp, port = key.split(".", 1)
+        shape = next(p.shape for p in contract.component(comp).outputs if p.name == port)
+        if len(shape) != 3 or shape[1] != 1:
+            raise BuildError(
+                f"the {owner} plugin does not build last-position logits ({key} is {list(shape)})",
+                where="mobius build --logits last",
+                fix="drop --logits last for this model type (it keeps every position)",
+            )
+
+
+def build_options(
+    dtype: str, target: str, quant: str | QuantOptions | None, logits: str = "all"
+) -> BuildOptions:
     """Checked :class:`~mobius.records.BuildOptions`; a BuildError naming every problem."""
     from mobius.errors import BuildError
     from mobius.records import BuildOptions, QuantOptions
@@ -347,12 +368,13 @@ def build_options(dtype: str, target: str, quant: str | QuantOptions | None) -> 
     try:
         if isinstance(quant, str):
             quant = QuantOptions(method=quant)
-        options = BuildOptions(dtype=dtype, target=target, quant=quant)
+        options = BuildOptions(dtype=dtype, target=target, quant=quant, logits=logits)
     except ValueError as exc:
         raise BuildError(
             str(exc),
             where="build options",
-            fix="use --dtype f32|f16|bf16, --target default|cpu|cuda, --quant int4|int8, "
+            fix="use --dtype f32|f16|bf16, --target default|cpu|cuda, --logits all|last, "
+            "--quant int4|int8, "
             "--block-size 16|32|64|128|256, --accuracy-level 0..4",
         ) from exc
     if quant is not None and dtype == "bf16" and target == "cpu":

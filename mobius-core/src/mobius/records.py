@@ -17,6 +17,9 @@ DTYPES = tuple(BUILD_DTYPES)
 """Build dtypes accepted by ``mobius build --dtype``."""
 
 TARGETS = ("default", "cpu", "cuda")
+LOGITS = ("all", "last")
+"""Which positions a decoder's ``logits`` output covers: every one (forward, perplexity,
+parity tests) or the last only (generation: the output projection runs on one row)."""
 """Build targets accepted by ``mobius build --target``."""
 
 PORT_DTYPE_OF_BUILD_DTYPE = BUILD_DTYPES
@@ -94,18 +97,22 @@ class QuantOptions:
 class BuildOptions:
     """What the user asked of a build; passed to every per-model hook.
 
-    ``quant`` is None for a float package (see :class:`QuantOptions`).
+    ``quant`` is None for a float package (see :class:`QuantOptions`). ``logits``: one of
+    :data:`LOGITS` (families built on :mod:`mobius.lm` honour ``"last"``).
     """
 
     dtype: str = "f32"
     target: str = "default"
     quant: QuantOptions | None = None
+    logits: str = "all"
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
+        if self.logits not in LOGITS:
+            raise ValueError(f"logits must be one of {LOGITS}, got {self.logits!r}")
 
     @property
     def port_dtype(self) -> str:

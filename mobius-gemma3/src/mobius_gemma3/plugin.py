@@ -19,7 +19,9 @@ from mobius_gemma3.gguf import translate
 def _build(config, options):
     from mobius.lm.gemma import build_gemma
 
-    return build_gemma(config, options.dtype, options.target, family=FAMILY_NAME)
+    # BuildOptions.logits is new in core 0.1.4: only a "last" build passes it on
+    last = {"logits": "last"} if getattr(options, "logits", "all") == "last" else {}
+    return build_gemma(config, options.dtype, options.target, family=FAMILY_NAME, **last)
 
 
 def _plan(config, checkpoint, options):

@@ -19,6 +19,7 @@ def _mlp(cfg: Qwen3Config, i: int, dtype: ir.DataType):
     return Qwen3SparseMoe(cfg, dtype) if cfg.sparse_layers[i] else gated_mlp(cfg, i, dtype)
 
 
-def build_model(cfg: Qwen3Config, build_dtype: str, target: str = "default") -> ir.Model:
-    """The ``model`` graph of :func:`mobius.lm.ports.lm_contract`."""
-    return build_decoder(cfg, build_dtype, target, family="qwen3", qk_norm=True, mlp=_mlp)
+def build_model(cfg: Qwen3Config, build_dtype: str, target: str = "default", **kw) -> ir.Model:
+    """The ``model`` graph of :func:`mobius.lm.ports.lm_contract` (``kw``: e.g. ``logits=``,
+    passed to :func:`mobius.lm.decoder.build_decoder`)."""
+    return build_decoder(cfg, build_dtype, target, family="qwen3", qk_norm=True, mlp=_mlp, **kw)

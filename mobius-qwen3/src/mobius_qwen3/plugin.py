@@ -19,7 +19,9 @@ from mobius_qwen3.processors import format_chat_prompt
 def _build(config, options: BuildOptions):
     from mobius_qwen3.model import build_model
 
-    return build_model(config, options.dtype, options.target)
+    # BuildOptions.logits is new in core 0.1.4: only a "last" build passes it on
+    last = {"logits": "last"} if getattr(options, "logits", "all") == "last" else {}
+    return build_model(config, options.dtype, options.target, **last)
 
 
 def _weights(config, checkpoint, options: BuildOptions):

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from mobius_runtime.feeds import to_numpy, to_ortvalue
+from mobius_runtime.feeds import last_position, to_numpy, to_ortvalue
 from mobius_runtime.kvshare import GQA_OP, SEQ_AXIS
 from mobius_runtime.prefix_cache import Hit
 
@@ -175,7 +175,7 @@ class Batcher:
                 state[key] = to_ortvalue(np.ascontiguousarray(array), kind, self.executor.device)
             caller = {**caller, "input_ids": np.asarray(caller["input_ids"])[:, past:]}
         values = self.executor.step(caller, state, past, capacity)
-        logits = to_numpy(values[self.plan.logits])[0, -1]
+        logits = last_position(values[self.plan.logits])[0]
         state = self.executor.next_state(values)
         return logits, Cohort(state, [prompt], [capacity], bool(self._shared))
 
@@ -207,7 +207,7 @@ class Batcher:
         values = self.executor.step(
             {"input_ids": ids}, cohort.values, length, cohort.capacity, generated
         )
-        logits = to_numpy(values[self.plan.logits])[:, -1]
+        logits = last_position(values[self.plan.logits])
         cohort.values = self.executor.next_state(values)
         cohort.pasts = [p + 1 for p in cohort.pasts]
         return logits

@@ -108,6 +108,27 @@ def to_numpy(value: Any) -> np.ndarray:
     return out.view(ml_dtypes.bfloat16)
 
 
+def last_position(value: Any) -> np.ndarray:
+    """``value[:, -1]`` of a ``[batch, sequence, ...]`` OrtValue as numpy, reading that
+    position only: what the token loop takes from the logits.
+
+    On the host, onnxruntime's ``OrtValue.numpy()`` is a view of the value's own buffer,
+    so the row is a view too (no copy: a greedy pick reads the logits where onnxruntime
+    wrote them, and the view keeps the buffer alive); bf16, which numpy cannot view,
+    copies the last position of each row only; a value on a device is copied to the host
+    first (the runtime binds logits to host memory, so it never is in the token loop).
+    """
+    on_host = value.device_name().lower() == "cpu"
+    if value.data_type() != "tensor(bfloat16)" or not on_host:
+        return to_numpy(value)[:, -1]
+    batch, seq, *rest = (int(d) for d in value.shape())
+    out = np.empty((batch, *rest), dtype=np.uint16)
+    row = out[0].nbytes if batch else 0
+    for b in range(batch if row else 0):
+        ctypes.memmove(out[b].ctypes.data, value.data_ptr() + (b * seq + seq - 1) * row, row)
+    return out.view(ml_dtypes.bfloat16)
+
+
 @functools.cache
 def _identity_session(ort_type: str, device: str) -> Any:
     import onnxruntime as ort

@@ -26,7 +26,7 @@ import numpy as np
 from mobius_runtime.decoding import Decoding, FinishReason, TokenLogprob
 from mobius_runtime.errors import RequestError
 from mobius_runtime.executor import Executor
-from mobius_runtime.feeds import to_numpy
+from mobius_runtime.feeds import last_position, to_numpy
 from mobius_runtime.plan import Plan, compile_plan
 from mobius_runtime.requests import check_ids, vocab_size
 from mobius_runtime.sampling import Sampler, SamplingParams
@@ -566,7 +566,7 @@ class Pipeline:
         caller = {**caller, "input_ids": ids}
         start = time.perf_counter()
         values = executor.step(caller, state, past, capacity)
-        logits = to_numpy(values[logits_key])[0, -1]
+        logits = last_position(values[logits_key])[0]
         state = executor.next_state(values)
         past += int(ids.shape[1])
         prefill_ms = (time.perf_counter() - start) * 1000.0
@@ -580,7 +580,7 @@ class Pipeline:
                 break
             step_ids[0, 0] = token
             values = executor.step({"input_ids": step_ids}, state, past, capacity)
-            logits = to_numpy(values[logits_key])[0, -1]
+            logits = last_position(values[logits_key])[0]
             state = executor.next_state(values)
             past += 1
         decode_ms = (time.perf_counter() - decode_start) * 1000.0

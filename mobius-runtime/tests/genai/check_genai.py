@@ -5,11 +5,12 @@ onnxruntime-gpu, plus the mobius distributions (tox env ``genai``)::
 
     python mobius-runtime/tests/genai/check_genai.py [--out /tmp/genai-check] [--only NAME]
 
-Builds the bundled tiny checkpoints under testdata/ and runs ten cases:
+Builds the bundled tiny checkpoints under testdata/ and runs twelve cases:
 
 - ``text``: the text-only ``tiny-gemma4`` (``gemma4_text``), the multimodal
   ``tiny-gemma4-mm`` (``gemma4``), ``tiny-gemma4-unified`` (``gemma4_unified``),
-  ``tiny-qwen3`` (``qwen3``) and ``tiny-gemma3`` (``gemma3_text``) on a text prompt laid
+  ``tiny-qwen3`` (``qwen3``), ``tiny-gemma3`` (``gemma3_text``) and ``tiny-llama``
+  (``llama``: GQA, attention biases, ``llama3`` rope scaling, untied) on a text prompt laid
   out by the package's chat layout
   (``Pipeline.apply_chat_template``, what ``mobius run`` sends), tokenized by
   onnxruntime-genai's ``og.Tokenizer`` from the package's ``tokenizer.json``;
@@ -22,7 +23,7 @@ Builds the bundled tiny checkpoints under testdata/ and runs ten cases:
   with accuracy level 4, GatherBlockQuantized embeddings, the tied lm_head read from
   the same packed table): onnxruntime-genai loads the quantized package and generates
   the ids mobius-runtime generates from it.
-  ``tiny-gemma3`` (``gemma3_text``, untied) the same way.
+  ``tiny-gemma3`` (``gemma3_text``, untied) and ``tiny-llama`` the same way.
 - ``tiny-gemma4-mm/text+int4``: the split package quantized: the embedding and decoder
   graphs read the packed tied table from one ``shared.data`` (a hard link in each
   folder, docs/internals.md).
@@ -88,6 +89,8 @@ CASES = (
     Case("tiny-qwen3", "text", "Hello, tell me about the sea."),
     Case("tiny-gemma3", "text", "Hello, tell me about the sea."),
     Case("tiny-gemma3", "text", "Hello, tell me about the sea.", quant="int4"),
+    Case("tiny-llama", "text", "Hello, tell me about the sea."),
+    Case("tiny-llama", "text", "Hello, tell me about the sea.", quant="int4"),
 )
 
 

@@ -35,6 +35,13 @@ class Quant(str, Enum):
     int8 = "int8"
 
 
+class Logits(str, Enum):
+    """``--logits`` values (``mobius.records.LOGITS``)."""
+
+    all = "all"
+    last = "last"
+
+
 class LmHead(str, Enum):
     """``--quant-lm-head`` values."""
 
@@ -304,6 +311,15 @@ def register(app: typer.Typer) -> None:
                 "e.g. int8 on an int4 body for accuracy. Default: like the rest.",
             ),
         ] = None,
+        logits: Annotated[
+            Logits,
+            typer.Option(
+                "--logits",
+                help="Positions the logits output covers: all (forward / perplexity) or the "
+                "last only (generation: the output projection runs on one row per prompt, "
+                "much faster prefill with a large vocabulary). Decoder-LM kit families.",
+            ),
+        ] = Logits.all,
         debug: Annotated[bool, typer.Option("--debug", help=DEBUG_HELP)] = False,
     ) -> None:
         """Build SOURCE (a checkpoint) into a model package at OUT."""
@@ -343,6 +359,7 @@ def register(app: typer.Typer) -> None:
                     progress=progress,
                     host=host,
                     quant=quant_options,
+                    logits=logits.value,
                 )
             total = sum(result.components.values())
             typer.echo(

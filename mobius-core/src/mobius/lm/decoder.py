@@ -206,9 +206,11 @@ class DecoderLM(nn.Module):
         family: str,
         qk_norm: bool = False,
         mlp: MlpFactory = gated_mlp,
+        logits: str = "all",
     ) -> None:
         super().__init__("")
         self.cfg, self.dtype = cfg, dtype
+        self.last_only = logits == "last"
         self.path = attention_path(target, dtype, family=family, layers=cfg.num_hidden_layers)
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
         self.layers = nn.ModuleList(
@@ -254,6 +256,9 @@ class DecoderLM(nn.Module):
             h, pk, pv = layer(op, h, *rotary[kind], masks[kind], ins[names[0]], ins[names[1]])
             out[kv_port(i, "key", present=True)] = pk
             out[kv_port(i, "value", present=True)] = pv
+        if self.last_only:  # the head (and its norm) on the last position alone
+            h = op.Slice(h, op.Constant(value_ints=[-1]), op.Constant(value_ints=[2**63 - 1]),
+                         op.Constant(value_ints=[1]))  # fmt: skip
         out["logits"] = self.logits(op, h)
         return out
 
@@ -284,8 +289,13 @@ def build_decoder(
     family: str,
     qk_norm: bool = False,
     mlp: MlpFactory = gated_mlp,
+    logits: str = "all",
 ) -> ir.Model:
-    """The ``model`` graph of :func:`mobius.lm.lm_contract` for ``decoder_shape(cfg)``."""
-    inputs, outputs = lm_ports(decoder_shape(cfg), PORT_DTYPE_OF_BUILD_DTYPE[build_dtype])
-    module = DecoderLM(cfg, ir_dtype(build_dtype), target, family=family, qk_norm=qk_norm, mlp=mlp)
+    """The ``model`` graph of :func:`mobius.lm.lm_contract` for ``decoder_shape(cfg)``
+    (``logits``: ``"all"`` positions or the ``"last"`` one, see :func:`mobius.lm.lm_ports`)."""
+    port_dtype = PORT_DTYPE_OF_BUILD_DTYPE[build_dtype]
+    inputs, outputs = lm_ports(decoder_shape(cfg), port_dtype, logits)
+    module = DecoderLM(
+        cfg, ir_dtype(build_dtype), target, family=family, qk_norm=qk_norm, mlp=mlp, logits=logits
+    )
     return build_graph(cfg.model_type, inputs, outputs, module)

@@ -32,7 +32,9 @@ from mobius.records import BuildOptions, ModelTypeInfo
 def _default_build(config, options: BuildOptions):
     from mobius.lm.decoder import build_decoder
 
-    return build_decoder(config, options.dtype, options.target, family=config.model_type)
+    return build_decoder(
+        config, options.dtype, options.target, family=config.model_type, logits=options.logits
+    )
 
 
 def _default_plan(config, checkpoint, options: BuildOptions):
@@ -86,7 +88,7 @@ class DecoderFamily:
         from mobius.lm.decoder import decoder_shape
         from mobius.lm.ports import lm_contract
 
-        return lm_contract(decoder_shape(config), options.port_dtype)
+        return lm_contract(decoder_shape(config), options.port_dtype, logits=options.logits)
 
     @hookimpl
     def mobius_build_component(self, config, component: str, options: BuildOptions):

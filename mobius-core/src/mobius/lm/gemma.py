@@ -81,9 +81,15 @@ class GemmaDecoderLM(DecoderLM):
     without ``model.``, as :class:`DecoderLM`'s; the Gemma layers replace its own)."""
 
     def __init__(
-        self, cfg: GemmaConfig, dtype: ir.DataType, target: str = "default", *, family: str
+        self,
+        cfg: GemmaConfig,
+        dtype: ir.DataType,
+        target: str = "default",
+        *,
+        family: str,
+        logits: str = "all",
     ) -> None:
-        super().__init__(cfg, dtype, target, family=family)
+        super().__init__(cfg, dtype, target, family=family, logits=logits)
         H, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.embed_tokens = ScaledEmbedding(cfg.vocab_size, H, embed_scale(H, dtype), dtype=dtype)
         self.layers = nn.ModuleList(
@@ -109,10 +115,18 @@ class GemmaDecoderLM(DecoderLM):
         return logit_softcap(op, super().logits(op, h), self.cfg.final_logit_softcapping)
 
 
-def build_gemma(cfg: GemmaConfig, build_dtype: str, target: str = "default", *, family: str):
-    """The ``model`` graph of :func:`mobius.lm.lm_contract` for ``decoder_shape(cfg)``."""
-    inputs, outputs = lm_ports(decoder_shape(cfg), PORT_DTYPE_OF_BUILD_DTYPE[build_dtype])
-    module = GemmaDecoderLM(cfg, ir_dtype(build_dtype), target, family=family)
+def build_gemma(
+    cfg: GemmaConfig,
+    build_dtype: str,
+    target: str = "default",
+    *,
+    family: str,
+    logits: str = "all",
+):
+    """The ``model`` graph of :func:`mobius.lm.lm_contract` for ``decoder_shape(cfg)``
+    (``logits`` as for :func:`mobius.lm.decoder.build_decoder`)."""
+    inputs, outputs = lm_ports(decoder_shape(cfg), PORT_DTYPE_OF_BUILD_DTYPE[build_dtype], logits)
+    module = GemmaDecoderLM(cfg, ir_dtype(build_dtype), target, family=family, logits=logits)
     return build_graph(cfg.model_type, inputs, outputs, module)
 
 

@@ -57,14 +57,20 @@ class LMShape:
         return (BATCH, self.kv_heads[i], length, self.head_dims[i])
 
 
-def lm_ports(shape: LMShape, dtype: str) -> tuple[list[PortSpec], list[PortSpec]]:
-    """``(inputs, outputs)``: ids, mask, positions and past K/V in; logits and presents out."""
+def lm_ports(
+    shape: LMShape, dtype: str, logits: str = "all"
+) -> tuple[list[PortSpec], list[PortSpec]]:
+    """``(inputs, outputs)``: ids, mask, positions and past K/V in; logits and presents out.
+
+    ``logits="last"``: the logits of the last position only (``[batch, 1, vocab]``), all a
+    generation reads; ``"all"``: every position (``[batch, sequence, vocab]``)."""
     inputs: list[PortSpec] = [
         ("input_ids", "int64", (BATCH, SEQ)),
         ("attention_mask", "int64", (BATCH, TOTAL)),
         ("position_ids", "int64", (BATCH, SEQ)),
     ]
-    outputs: list[PortSpec] = [("logits", dtype, (BATCH, SEQ, shape.vocab_size))]
+    positions = 1 if logits == "last" else SEQ
+    outputs: list[PortSpec] = [("logits", dtype, (BATCH, positions, shape.vocab_size))]
     for i in shape.cache_layers:
         for kind in KV_KINDS:
             inputs.append((kv_port(i, kind), dtype, shape.kv_shape(i, PAST)))
@@ -72,10 +78,13 @@ def lm_ports(shape: LMShape, dtype: str) -> tuple[list[PortSpec], list[PortSpec]
     return inputs, outputs
 
 
-def lm_contract(shape: LMShape, dtype: str, component: str = "model") -> Contract:
+def lm_contract(
+    shape: LMShape, dtype: str, component: str = "model", logits: str = "all"
+) -> Contract:
     """One ``component`` whose presents feed its pasts (first fed a 0-length cache); the
-    caller gives ``input_ids``, the runtime generates ``attention_mask`` / ``position_ids``."""
-    ins, outs = lm_ports(shape, dtype)
+    caller gives ``input_ids``, the runtime generates ``attention_mask`` / ``position_ids``;
+    ``logits`` as for :func:`lm_ports`."""
+    ins, outs = lm_ports(shape, dtype, logits)
     return Contract(
         components=(Component(component, to_ports(ins), to_ports(outs)),),
         states=kv_states(shape, component),
