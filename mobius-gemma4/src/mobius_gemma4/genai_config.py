@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 
 from mobius.config import generation_eos
+from mobius.lm.runtime import genai_search
 from mobius.records import BuildOptions, RuntimeFile
 from mobius_gemma4.config import Gemma4Config
 
@@ -30,12 +31,6 @@ def genai_config(config: Gemma4Config, eos: list[int]) -> dict:
         "context_length": text.max_position_embeddings,
         "vocab_size": text.vocab_size,
     }
-    search = {
-        "do_sample": False,
-        "top_k": 1,
-        "max_length": text.max_position_embeddings,
-        "past_present_share_buffer": False,
-    }
     if config.model_type == "gemma4_text":
         model = {"type": "gemma4_text", **common, "decoder": {"filename": "model/model.onnx"}}
     else:
@@ -46,7 +41,7 @@ def genai_config(config: Gemma4Config, eos: list[int]) -> dict:
             embedding["outputs"] = {"per_layer_inputs": "per_layer_inputs"}
         model = {"type": config.model_type, **common, "decoder": decoder, "embedding": embedding}
         model.update(media_sections(config))
-    return {"model": model, "search": search}
+    return {"model": model, "search": genai_search(text.max_position_embeddings)}
 
 
 IMAGE_PROCESSOR, AUDIO_PROCESSOR = "image_processor.json", "audio_processor.json"

@@ -46,13 +46,19 @@ def genai_config(
             "head_size": config.head_dim,
         },
     }
-    search = {
+    return {"model": model, "search": genai_search(config.max_position_embeddings)}
+
+
+def genai_search(max_length: int) -> dict[str, Any]:
+    """The ``search`` block of a mobius ``genai_config.json``: greedy up to ``max_length``,
+    past and present in separate buffers (the packages' KV outputs are not written in
+    place)."""
+    return {
         "do_sample": False,
         "top_k": 1,
-        "max_length": config.max_position_embeddings,
+        "max_length": max_length,
         "past_present_share_buffer": False,
     }
-    return {"model": model, "search": search}
 
 
 def runtime_files(config: DecoderConfig, checkpoint, genai_type: str) -> list[RuntimeFile]:
