@@ -19,7 +19,8 @@ Usage: ``python .ci/check_versions.py EXPECT ... [--plugins-ok]`` where EXPECT i
   with exactly that commit's files;
 - ``NAME=absent``: not installed;
 - ``NAME<specifier>`` such as ``onnxruntime-gpu==1.30`` or ``onnxruntime-gpu>1.30``;
-- ``NAME=lowest``: at the lowest version the installed distributions declare.
+- ``NAME=lowest``: at the lowest version the installed distributions declare (their
+  extras included: ``ray=lowest`` reads mobius-runtime's ``[ray]``);
 - ``NAME=latest``: at the newest version the package index offers this interpreter
   (asks ``pip index versions``, so it needs the index).
 
@@ -85,17 +86,28 @@ def direct_url(dist: metadata.Distribution) -> tuple[Path | None, bool]:
     return folder, bool(data.get("dir_info", {}).get("editable", False))
 
 
-def requirements_on(target: str, dists: dict[str, metadata.Distribution]) -> SpecifierSet:
-    """Intersection of what the installed ``dists`` (other than ``target``) require of it."""
+def requirements_on(
+    target: str, dists: dict[str, metadata.Distribution], extras: bool = False
+) -> SpecifierSet:
+    """Intersection of what the installed ``dists`` (other than ``target``) require of it.
+
+    With ``extras``, what their extras require counts too (installed metadata cannot
+    tell which extras were asked for: ``ray`` comes from mobius-runtime's ``[ray]``).
+    """
     spec = SpecifierSet()
     for name, dist in dists.items():
         if name == target:
             continue
+        offered = [""]
+        if extras:
+            offered += dist.metadata.get_all("Provides-Extra") or []
         for line in dist.requires or []:
             req = Requirement(line)
             if canonical(req.name) != target:
                 continue
-            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            if req.marker is not None and not any(
+                req.marker.evaluate({"extra": e}) for e in offered
+            ):
                 continue
             spec &= req.specifier
     return spec
@@ -245,7 +257,7 @@ def check_local(name, dist, editable_wanted, folder) -> str:
 
 
 def lowest_declared(name: str, dists: dict[str, metadata.Distribution]) -> Version:
-    spec = requirements_on(name, dists)
+    spec = requirements_on(name, dists, extras=True)
     bounds = [Version(s.version) for s in spec if s.operator in (">=", "==", "~=", "===")]
     if not bounds:
         raise Mismatch(f"{name}: no installed distribution declares a lower bound on it")

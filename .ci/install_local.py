@@ -258,14 +258,19 @@ def link_shared(dest_root: Path) -> None:
 
 
 def lowest_pin(dist: str, wanted: dict[str, set[str]], folders: dict[str, Path]) -> str:
-    """``DIST==V`` with V the highest lower bound the distributions being installed declare."""
-    spec, who = declared_specifier(canonical(dist), wanted, folders)
+    """``DIST==V`` with V the highest lower bound the distributions being installed declare.
+
+    DIST may carry extras (``ray[serve]``): the bound is looked up by the bare name (a
+    declared ``ray[serve]>=2.56`` bounds ``ray``) and the pin keeps the extras.
+    """
+    name, extras = parse(dist)
+    spec, who = declared_specifier(name, wanted, folders)
     bounds = [Version(s.version) for s in spec if s.operator in (">=", "==", "~=", "===")]
     if not bounds:
-        raise SystemExit(f"install_local: nothing installed here declares a lower bound on {dist}")
+        raise SystemExit(f"install_local: nothing installed here declares a lower bound on {name}")
     low = max(bounds)
-    print(f"install_local: lowest {dist} declared: {low} ({'; '.join(who)})")
-    return f"{dist}=={low}"
+    print(f"install_local: lowest {name} declared: {low} ({'; '.join(who)})")
+    return f"{name}{'[' + ','.join(sorted(extras)) + ']' if extras else ''}=={low}"
 
 
 def build_requirements(folders: list[Path]) -> list[str]:
