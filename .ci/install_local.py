@@ -70,6 +70,13 @@ ROOT = Path(__file__).resolve().parent.parent
 RELEASES = ROOT / "releases.toml"
 PINNED_DIR = "mobius-pinned"
 STAMP = ".mobius-release.json"
+# what an extracted release leaves out: its CI scripts and workflows (this checkout's
+# .ci runs the matrix; a release's own copy is never run)
+NOT_EXTRACTED = frozenset({".ci", ".github"})
+# bumped when what an extraction holds changes, so older extractions are redone
+EXTRACT_LAYOUT = 2
+# an absolute path to a fixtures folder outside the repository, as old tests wrote it
+OUTSIDE_FIXTURES = re.compile(r"""(^|["'\s])/[^"'\s]*?/shared/fixtures/configs""", re.MULTILINE)
 REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?")
 
 
@@ -205,7 +212,10 @@ def extract_release(name: str, entry: dict, dest_root: Path) -> Path:
     commit = entry["commit"]
     dest = dest_root / name
     stamp = dest / STAMP
-    fresh = stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8"))["commit"] == commit
+    fresh = False
+    if stamp.is_file():
+        record = json.loads(stamp.read_text(encoding="utf-8"))
+        fresh = record["commit"] == commit and record.get("layout") == EXTRACT_LAYOUT
     if not fresh:  # else: extracted by an earlier run of this env
         if dest.exists():
             shutil.rmtree(dest)
@@ -225,8 +235,16 @@ def extract_release(name: str, entry: dict, dest_root: Path) -> Path:
         with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
             # our own repository's tree; the "data" filter where this Python has it
             extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            tar.extractall(dest, **extra)
-        record = {"distribution": name, "version": entry["version"], "commit": commit}
+            members = [m for m in tar.getmembers() if m.name.split("/", 1)[0] not in NOT_EXTRACTED]
+            tar.extractall(dest, members=members, **extra)
+        rewritten = point_fixtures_inside(dest)
+        record = {
+            "distribution": name,
+            "version": entry["version"],
+            "commit": commit,
+            "layout": EXTRACT_LAYOUT,
+            "fixture_paths_rewritten": rewritten,
+        }
         stamp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     link_shared(dest_root)
     folder = local_distributions(dest).get(name)
@@ -241,14 +259,37 @@ def extract_release(name: str, entry: dict, dest_root: Path) -> Path:
     return folder
 
 
+def point_fixtures_inside(dest: Path) -> list[str]:
+    """Make an extracted release's tests read the model configs from this repository.
+
+    Why: the tests of releases up to 0.1.0 named a fixtures folder outside the
+    repository, some by an absolute path (``/<somewhere>/shared/fixtures/configs/...``,
+    in code and in comments).
+    This repository carries the same files in ``testdata/configs`` (PROVENANCE.md says
+    where each comes from), so each such absolute path in an extracted ``.py`` file is
+    rewritten to that folder; the rewritten files are listed in the stamp. Only test
+    files of old releases have such paths: the installed package files are untouched
+    (.ci/check_versions.py compares them with the commit).
+    """
+    inside = (ROOT / "testdata" / "configs").as_posix()
+    rewritten = []
+    for path in sorted(dest.rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+        new = OUTSIDE_FIXTURES.sub(lambda m: m.group(1) + inside, text)
+        if new != text:
+            path.write_text(new, encoding="utf-8", errors="surrogateescape")
+            rewritten.append(path.relative_to(dest).as_posix())
+    return rewritten
+
+
 def link_shared(dest_root: Path) -> None:
     """Give an extracted tree the ``shared/fixtures/configs`` folder its tests look for.
 
-    Why: the tests of releases up to 0.1.0 read the full-size model configs at
-    ``<checkout>/../shared/fixtures/configs``, outside the repository; a release
-    extracted to ``dest_root/NAME`` looks for ``dest_root/shared/fixtures/configs``,
-    so that becomes a link to this working tree's own copy, ``testdata/configs``
-    (the same files; see its PROVENANCE.md). Nothing outside the repository is used.
+    Why: the tests of releases up to 0.1.0 also find the full-size model configs
+    relative to their checkout, one level above it; a release extracted to
+    ``dest_root/NAME`` looks for ``dest_root/shared/fixtures/configs``, so that
+    becomes a link to this working tree's own copy, ``testdata/configs`` (the same
+    files; see its PROVENANCE.md). Nothing outside the repository is used.
     """
     inside = ROOT / "testdata" / "configs"
     link = dest_root / "shared" / "fixtures" / "configs"
