@@ -161,7 +161,9 @@ def test_not_a_gguf_file(tmp_path, content):
 
 def test_a_million_scores_read_in_bounded_time_and_memory(tmp_path):
     """Numeric metadata arrays (a vocabulary's scores and token types) are one read, not
-    one numpy view per element (1M elements cost the bare reader ~45 s and 700 MB)."""
+    one numpy view per element (1M elements cost the bare reader ~45 s and 700 MB). The
+    bound leaves room for a loaded machine (~1 s alone; 5.1 s once with five jobs on two
+    cores) and still fails the per-element reader by 3×."""
     from mobius.checkpoint.gguf import read_gguf
 
     scores = [float(i % 97) for i in range(1_000_000)]
@@ -176,5 +178,5 @@ def test_a_million_scores_read_in_bounded_time_and_memory(tmp_path):
     finally:
         tracemalloc.stop()
     assert metadata["toy.scores"] == scores and metadata["toy.flag"] is True
-    assert seconds <= 5, f"{seconds:.1f} s"
+    assert seconds <= 15, f"{seconds:.1f} s"
     assert peak <= 256 * MiB, f"{peak / MiB:.0f} MiB"
