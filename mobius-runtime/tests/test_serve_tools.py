@@ -364,3 +364,37 @@ def test_a_template_that_renders_no_tools_gets_them_in_the_conversation(server):
         model="tiny", messages=_round_trip(), tools=TOOLS, max_tokens=4, temperature=0
     )
     assert out.usage.prompt_tokens == len(_server_ids(server, folded))
+
+
+# Gemma 4's call layout as its templates write an assistant's calls (written for this test)
+GEMMA_TEMPLATE = """\
+{%- macro g(v) -%}
+{%- if v is string -%}<|"|>{{ v }}<|"|>
+{%- elif v is mapping -%}{ {%- for k, x in v.items() -%}{{ k }}:{{ g(x) }}{{ ',' if not loop.last }}{%- endfor -%} }
+{%- elif v is sequence -%}[{%- for x in v -%}{{ g(x) }}{{ ',' if not loop.last }}{%- endfor -%}]
+{%- else -%}{{ v | tojson }}{%- endif -%}
+{%- endmacro -%}
+{%- for message in messages -%}
+<|turn>{{ 'model' if message.role == 'assistant' else message.role }}
+{% if message.tool_calls %}{% for c in message.tool_calls %}<|tool_call>call:{{ c.function.name }}{{ g(c.function.arguments) }}<tool_call|>{% endfor %}{% else %}{{ message.content }}{% endif %}<turn|>
+{% endfor -%}"""
+
+
+def test_gemma4_calls_read_back_what_a_gemma4_template_renders():
+    import jinja2
+
+    arguments = {"city": "Paris, FR", "unit": "celsius", "days": 3,
+                 "extra": {"deep": False, "list": [1.5, "x"]}}  # fmt: skip
+    call = {"id": "c", "type": "function",
+            "function": {"name": "get_weather", "arguments": arguments}}  # fmt: skip
+    messages = [*ASK, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    text = jinja2.Environment().from_string(GEMMA_TEMPLATE).render(messages=messages)
+    reply = text.split("<|turn>model\n")[1].removesuffix("<turn|>\n")
+    assert reply.startswith('<|tool_call>call:get_weather{city:<|"|>Paris, FR<|"|>,unit:')
+    content, calls = format_for(GEMMA_TEMPLATE).parse(reply)
+    assert content is None
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", arguments)]
+    for sizes in ([1], [4, 9]):
+        assert _pieces(format_for(GEMMA_TEMPLATE), reply, sizes)[1] == [
+            (c.name, c.arguments) for c in calls
+        ]

@@ -387,13 +387,10 @@ class CallReader:
             return True
         if self.listed and not rest and not final:
             return False
-        self.pos = len(self.text)
-        self.state = "after"
-        return False
-
-    def _after(self, out: list[Event], final: bool) -> bool:
-        self.pos = len(self.text)  # what follows a json reply's calls is not content
-        return False
+        after = len(self.text) - len(rest)
+        self.pos = after + 1 if self.listed and rest[:1] == "]" else end
+        self.state = "plain"  # text after a json reply's calls is content
+        return True
 
 
 def _value_end(text: str, start: int) -> int | None:
