@@ -35,6 +35,13 @@ with every prompt a shared ``--prefix-len``-token "system prompt" (500) followed
 own question, with the prefix cache off and on (``prefix_cache_mb=256``): TTFT p50 / p99
 and aggregate tok/s.
 
+With ``--masks TOKENIZER_JSON``, one line per batch size: llguidance's mask for that
+many constrained rows (a JSON schema with nested objects, arrays and enums, random
+allowed tokens consumed) filled one row after the other, as the engine does, and with
+``llguidance.numpy.fill_next_token_bitmask_par`` on an ``LLExecutor`` (its thread
+pool): ms per step, the median of 3 runs of 40 steps. The engine keeps the serial fill
+unless the parallel one is faster here.
+
 With ``--ray``, the server is ``mobius serve --ray`` (a local Ray instance, started
 anew for each ``--replicas`` count, default 1 and 2; ``--replica-cpus`` each), rows
 ``<package>/rayN``, then a line with N replicas' aggregate tok/s over 1 replica's at each
@@ -44,6 +51,7 @@ on a machine (or cluster) with a core set per replica, the ratio is the scaling.
 Usage: python benchmarks/serve.py [--which tiny mid] [--clients 1 4 8] [--requests 8]
                                   [--new 64] [--runs 1] [--threads 2] [--max-batch 8]
                                   [--engine] [--constrained] [--prefix [--prefix-len 500]]
+                                  [--masks TOKENIZER_JSON]
                                   [--client-threads | --both-client-modes]
                                   [--ray [--replicas 1 2] [--replica-cpus 1]]
 Goal (not asserted): 8 clients >= 3x the aggregate tokens/s of one client on CPU.
@@ -343,6 +351,57 @@ def _summary(results: list[dict[str, float]], clients: int, wall: float) -> dict
     }
 
 
+MASK_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}},
+        "size": {"type": "object", "properties": {"w": {"type": "integer"}}, "required": ["w"]},
+    },
+    "required": ["name", "tags", "size"],
+}
+
+
+def mask_rows(tokenizer: Path, batches: list[int], steps: int = 40) -> None:
+    """Serial vs parallel llguidance masks for ``batches`` constrained rows (see --masks)."""
+    import llguidance
+    import llguidance.numpy as lln
+
+    tok = llguidance.LLTokenizer(str(tokenizer))
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(
+        MASK_SCHEMA, defaults={"whitespace_flexible": False}
+    )
+    compiled = llguidance.LLMatcher(tok, grammar, log_level=0)
+    executor = llguidance.LLExecutor()
+
+    def run(rows: int, parallel: bool) -> float:
+        rng = np.random.default_rng(0)
+        matchers = [compiled.deep_copy() for _ in range(rows)]
+        bits = lln.allocate_token_bitmask(rows, tok.vocab_size)
+        spent = 0.0
+        for _ in range(steps):
+            start = time.perf_counter()
+            if parallel:
+                lln.fill_next_token_bitmask_par(executor, list(zip(matchers, range(rows))), bits)
+            else:
+                for i, matcher in enumerate(matchers):
+                    lln.fill_next_token_bitmask(matcher, bits, i)
+            spent += time.perf_counter() - start
+            for i, matcher in enumerate(matchers):
+                row = np.unpackbits(bits[i].view(np.uint8), bitorder="little")
+                allowed = np.flatnonzero(row[: tok.vocab_size])
+                if allowed.size and not matcher.is_stopped():
+                    matcher.consume_token(int(rng.choice(allowed)))
+        return spent / steps * 1e3
+
+    print(f"masks: {tokenizer} ({tok.vocab_size} tokens), ms per step, median of 3")
+    for rows in batches:
+        serial = statistics.median(run(rows, False) for _ in range(3))
+        parallel = statistics.median(run(rows, True) for _ in range(3))
+        print(f"  {rows} rows: serial {serial:.3f}  parallel {parallel:.3f}  "
+              f"(load {load_average()})")  # fmt: skip
+
+
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -377,6 +436,13 @@ def main() -> None:
     )
     ap.add_argument("--prefix-len", type=int, default=500, help="tokens of the shared prefix")
     ap.add_argument(
+        "--masks",
+        type=Path,
+        metavar="TOKENIZER_JSON",
+        help="only measure llguidance's mask for 1, 4 and 8 rows, serial and parallel, on "
+        "this tokenizer.json",
+    )
+    ap.add_argument(
         "--client-threads",
         action="store_true",
         help="run the HTTP clients as threads of this process (the old way: they share one "
@@ -399,6 +465,9 @@ def main() -> None:
         "--replica-cpus", type=float, default=1.0, help="with --ray: Ray CPUs per replica"
     )
     args = ap.parse_args()
+    if args.masks is not None:
+        mask_rows(args.masks, [1, 4, 8])
+        return
     if args.both_client_modes:
         modes = ["process", "thread"]
     else:

@@ -65,7 +65,7 @@ def app(cluster, tiny_gqa_package):
     path = str(tiny_gqa_package)
     models = [ray_app.Model(path, "tiny", replicas=2), ray_app.Model(path, "tiny-b", replicas=1)]
     opts = ray_app.RayOptions(models, replica_cpus=0.5, threads=1, device="cpu", max_batch=4,
-                              api_key=KEY)  # fmt: skip
+                              api_key=KEY, prefix_cache_mb=16)  # fmt: skip
     serve.run(ray_app.application(opts), name=ray_app.APP_NAME, route_prefix="/")
     return cluster
 
@@ -111,6 +111,22 @@ def test_eight_concurrent_requests_equal_the_single_process_answers(app, server)
         if len(replicas) == 2:
             break
     assert len(replicas) == 2, f"one replica answered all: {replicas}"
+
+
+def test_a_replica_reuses_its_prefix_cache_with_the_same_answer(app, server):
+    """``mobius serve --ray --prefix-cache-mb N``: each replica keeps the KV rows of its
+    recent prompts (``tiny-b`` has one replica, so the second prompt finds the first's)."""
+    from test_prefix_cache import BASE, PROMPTS
+
+    ray_client = client(app)
+    ray_client.completions.create(model="tiny-b", prompt=PROMPTS[0], max_tokens=4, temperature=0)
+    again = ray_client.completions.create(model="tiny-b", prompt=PROMPTS[1], max_tokens=NEW,
+                                          temperature=0)  # fmt: skip
+    want = server.client().completions.create(model="tiny", prompt=PROMPTS[1], max_tokens=NEW,
+                                              temperature=0)  # fmt: skip
+    assert again.usage.prompt_tokens_details.cached_tokens == len(BASE)
+    assert want.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.choices[0].text == want.choices[0].text
 
 
 def test_a_stream_yields_chunks_as_tokens_are_made(app, server):

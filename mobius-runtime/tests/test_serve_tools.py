@@ -113,29 +113,51 @@ def _check_calls(calls) -> None:
         jsonschema.validate(json.loads(call.function.arguments), PARAMS[call.function.name])
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_required_tool_choice_always_gives_a_valid_call(tool_server, stream):
+def test_required_tool_choice_always_gives_a_valid_call(tool_server):
     client = tool_server.client()
     seen = set()
     for seed in range(8):
         out = client.chat.completions.create(
             model="tiny", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=300,
-            temperature=1.0, seed=seed, stream=stream,
+            temperature=1.0, seed=seed,
         )  # fmt: skip
-        if stream:
-            chunks = [c for c in out if c.choices]
-            deltas = [c.choices[0].delta for c in chunks]
-            calls = [t for d in deltas for t in (d.tool_calls or [])]
-            finish = chunks[-1].choices[0].finish_reason
-            assert all(not d.content for d in deltas)
-        else:
-            calls = out.choices[0].message.tool_calls
-            finish = out.choices[0].finish_reason
-            assert out.choices[0].message.content is None
-        assert finish == "tool_calls"
+        calls = out.choices[0].message.tool_calls
+        assert out.choices[0].message.content is None
+        assert out.choices[0].finish_reason == "tool_calls"
         _check_calls(calls)
         seen.add(json.dumps([(c.function.name, c.function.arguments) for c in calls]))
     assert len(seen) > 1, "every seed gave the same calls: sampling did not run"
+
+
+def test_streamed_calls_come_in_fragments_and_add_up_to_the_whole_answer(tool_server):
+    """``delta.tool_calls`` as OpenAI streams them: a call's index, id, type and name
+    first, then its arguments in fragments; the openai client's own stream accumulation
+    gives the calls the same seeded request answers whole."""
+    client = tool_server.client()
+    fragments = 0
+    for seed in range(6):
+        ask = dict(model="tiny", messages=ASK, tools=TOOLS, tool_choice="required",
+                   max_tokens=300, temperature=1.0, seed=seed)  # fmt: skip
+        whole = client.chat.completions.create(**ask).choices[0]
+        deltas = []
+        with client.chat.completions.stream(**ask) as stream:
+            for event in stream:
+                if event.type == "chunk" and event.chunk.choices:
+                    deltas.append(event.chunk.choices[0].delta)
+            final = stream.get_final_completion().choices[0]
+        entries = [t for d in deltas for t in (d.tool_calls or [])]
+        assert all(not d.content for d in deltas)
+        for index in {e.index for e in entries}:
+            mine = [e for e in entries if e.index == index]
+            assert mine[0].id.startswith("call_") and mine[0].type == "function"
+            assert mine[0].function.name and mine[0].function.arguments == ""
+            assert all(e.id is None and e.function.name is None for e in mine[1:])
+            fragments += len(mine) - 1
+        assert final.finish_reason == whole.finish_reason == "tool_calls"
+        got = [(c.function.name, c.function.arguments) for c in final.message.tool_calls]
+        assert got == [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+        _check_calls(final.message.tool_calls)
+    assert fragments > 6 * 2, "the arguments came whole, not as they were written"
 
 
 def test_a_named_tool_choice_calls_that_function_once(tool_server):
@@ -274,3 +296,105 @@ def test_forced_calls_schema_and_parse():
     calls = parse_forced('[{"name": "get_time", "arguments": {"zone": "CET"}}]')
     assert [c.name for c in calls] == ["get_time"]
     assert parse_forced('[{"name": "get_time", "argu') == []
+
+
+def _pieces(fmt: ToolFormat, text: str, sizes: list[int]):
+    """``text`` fed to a reader in pieces of ``sizes`` (cycled): (content, calls)."""
+    reader, events, i, k = fmt.reader(), [], 0, 0
+    while i < len(text):
+        events += reader.feed(text[i : i + sizes[k % len(sizes)]])
+        i, k = i + sizes[k % len(sizes)], k + 1
+    events += reader.close()
+    content = "".join(e.text for e in events if e.kind == "content")
+    return content, [(c.name, c.arguments) for c in reader.tool_calls()]
+
+
+GEMMA_REPLY = (
+    'Checking. <|tool_call>call:get_weather{city:<|"|>Paris, FR<|"|>,unit:<|"|>celsius'
+    '<|"|>,days:3,extra:{deep:true,list:[1,<|"|>a{b}<|"|>]}}<tool_call|>'
+)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text"),
+    [
+        ("hermes", 'Sure.\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "U}T"}}'
+                   '\n</tool_call>\n<tool_call>{"arguments": {"zone": "CET"}, "name": '
+                   '"get_time"}</tool_call> <tool'),
+        ("json", '[{"name": "get_time", "arguments": {"zone": "UTC"}}, '
+                 '{"name": "get_weather", "arguments": {"city": "Rome", "unit": "celsius"}}]'),
+        ("gemma4", GEMMA_REPLY),
+    ],
+)  # fmt: skip
+def test_a_reply_read_in_any_pieces_gives_the_whole_replys_calls(fmt, text):
+    whole_content, whole_calls = ToolFormat(fmt).parse(text)
+    assert whole_calls
+    for sizes in ([1], [2, 7], [3, 1, 11], [len(text)]):
+        content, calls = _pieces(ToolFormat(fmt), text, sizes)
+        assert calls == [(c.name, c.arguments) for c in whole_calls]
+        assert (content.strip() or None) == whole_content
+
+
+def test_gemma4_calls_are_read_in_gemmas_own_notation():
+    assert format_for("... <|tool_call>call:{{ name }}{...}<tool_call|> ...").name == "gemma4"
+    content, calls = ToolFormat("gemma4").parse(GEMMA_REPLY)
+    assert content == "Checking."
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris, FR", "unit": "celsius", "days": 3,
+                         "extra": {"deep": True, "list": [1, "a{b}"]}})
+    ]  # fmt: skip
+    cut = GEMMA_REPLY[:60]  # cut short: the reply stays content
+    assert ToolFormat("gemma4").parse(cut) == (cut, [])
+
+
+def test_a_template_that_renders_no_tools_gets_them_in_the_conversation(server):
+    """The bundled tiny Gemma 4's template (like Gemma 3's) reads no ``tools`` and refuses
+    a ``tool`` role: the tools, the earlier call and its result reach the model as turns."""
+    from mobius_runtime.tools import fold_tools
+
+    trip = _hf_shaped(_round_trip())
+    folded = fold_tools(trip, TOOLS)
+    assert folded[0]["role"] == "system" and '"name": "get_weather"' in folded[0]["content"]
+    assert folded[0]["content"].startswith("Be brief.")
+    assert [m["role"] for m in folded] == ["system", "user", "assistant", "user"]
+    assert json.loads(folded[2]["content"]) == {"name": "get_weather",
+                                                "arguments": {"city": "Paris", "unit": "celsius"}}  # fmt: skip
+    assert _server_ids(server, _round_trip(), TOOLS) == _server_ids(server, folded)
+    out = server.client().chat.completions.create(
+        model="tiny", messages=_round_trip(), tools=TOOLS, max_tokens=4, temperature=0
+    )
+    assert out.usage.prompt_tokens == len(_server_ids(server, folded))
+
+
+# Gemma 4's call layout as its templates write an assistant's calls (written for this test)
+GEMMA_TEMPLATE = """\
+{%- macro g(v) -%}
+{%- if v is string -%}<|"|>{{ v }}<|"|>
+{%- elif v is mapping -%}{ {%- for k, x in v.items() -%}{{ k }}:{{ g(x) }}{{ ',' if not loop.last }}{%- endfor -%} }
+{%- elif v is sequence -%}[{%- for x in v -%}{{ g(x) }}{{ ',' if not loop.last }}{%- endfor -%}]
+{%- else -%}{{ v | tojson }}{%- endif -%}
+{%- endmacro -%}
+{%- for message in messages -%}
+<|turn>{{ 'model' if message.role == 'assistant' else message.role }}
+{% if message.tool_calls %}{% for c in message.tool_calls %}<|tool_call>call:{{ c.function.name }}{{ g(c.function.arguments) }}<tool_call|>{% endfor %}{% else %}{{ message.content }}{% endif %}<turn|>
+{% endfor -%}"""
+
+
+def test_gemma4_calls_read_back_what_a_gemma4_template_renders():
+    import jinja2
+
+    arguments = {"city": "Paris, FR", "unit": "celsius", "days": 3,
+                 "extra": {"deep": False, "list": [1.5, "x"]}}  # fmt: skip
+    call = {"id": "c", "type": "function",
+            "function": {"name": "get_weather", "arguments": arguments}}  # fmt: skip
+    messages = [*ASK, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    text = jinja2.Environment().from_string(GEMMA_TEMPLATE).render(messages=messages)
+    reply = text.split("<|turn>model\n")[1].removesuffix("<turn|>\n")
+    assert reply.startswith('<|tool_call>call:get_weather{city:<|"|>Paris, FR<|"|>,unit:')
+    content, calls = format_for(GEMMA_TEMPLATE).parse(reply)
+    assert content is None
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", arguments)]
+    for sizes in ([1], [4, 9]):
+        assert _pieces(format_for(GEMMA_TEMPLATE), reply, sizes)[1] == [
+            (c.name, c.arguments) for c in calls
+        ]

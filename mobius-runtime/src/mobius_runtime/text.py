@@ -25,6 +25,7 @@ from mobius.config import GENERATION_CONFIG_KEY, GENERATION_CONFIG_NAME, read_ge
 from mobius.errors import ConfigError, PackageError
 from mobius.records import Processors
 from mobius_runtime.errors import RequestError
+from mobius_runtime.tools import fold_tools, renders_tools
 
 if TYPE_CHECKING:
     from mobius_runtime.chat import ChatTemplate, Conversation
@@ -286,10 +287,14 @@ class TextSide:
         """The prompt text of checked messages: the checkpoint's template, else the family's.
 
         ``tools`` (HF's ``apply_chat_template(tools=...)`` shape) reach the template as
-        ``tools``. The family's built-in layout (``Processors.format_prompt``) serves only
+        ``tools``; a template that does not read ``tools`` gets them folded into the
+        messages instead (:func:`~mobius_runtime.tools.fold_tools`). The family's built-in layout (``Processors.format_prompt``) serves only
         a conversation of one user message, with its media before its text, and no tools.
         """
         if self.chat is not None:
+            if tools and not renders_tools(self.chat.source):  # Gemma 3's, among others
+                folded = fold_tools(conversation.messages, tools)
+                return self.chat.render(folded, add_generation_prompt)
             if tools:
                 return self.chat.render(conversation.messages, add_generation_prompt, tools=tools)
             return self.chat.render(conversation.messages, add_generation_prompt)

@@ -338,25 +338,24 @@ def _chat_inputs(settings: Settings, source: tuple[list[dict[str, Any]], Any]) -
 @dataclass(frozen=True)
 class Tooling:
     """How a chat request with tools reads its reply: the calls in the template's format,
-    or (``forced``) the list of calls the constrained output is (:mod:`mobius_runtime.tools`)."""
+    or (``schema`` set) the list of calls the constrained output is
+    (:mod:`mobius_runtime.tools`)."""
 
     format: tools.ToolFormat
     schema: dict[str, Any] | None  # the forced calls' schema (tool_choice required / named)
 
     def split(self, text: str) -> tuple[str | None, list[tools.ToolCall]]:
-        """(content, calls) of a finished reply; a forced reply cut short stays content."""
-        if self.schema is None:
-            return self.format.parse(text)
-        calls = tools.parse_forced(text)
-        return (None, calls) if calls else (text, [])
+        """(content, calls) of a finished reply; a call cut short leaves it all content."""
+        return self.format.parse(text)
 
 
 def _tooling(settings: Settings, body: ChatRequest) -> Tooling:
     chat = settings.pipeline.text.chat
     required, name = body.forced()
-    most = tools.MAX_CALLS if body.parallel_tool_calls else 1
-    schema = tools.calls_schema(body.tool_list() or [], name, most) if required else None
-    return Tooling(tools.format_for(chat.source if chat is not None else None), schema)
+    if required:
+        most = tools.MAX_CALLS if body.parallel_tool_calls else 1
+        return Tooling(tools.FORCED, tools.calls_schema(body.tool_list() or [], name, most))
+    return Tooling(tools.format_for(chat.source if chat is not None else None), None)
 
 
 def _detokenize(settings: Settings, tokens: list[int]) -> str:
@@ -646,12 +645,15 @@ async def _stream(
     """SSE chunks as OpenAI sends them (one ``index`` per choice); the requests are
     cancelled if the client leaves.
 
-    With tools, a choice's reply is sent when it is complete (its calls can only be told
-    from its content then): its content, if any, then one chunk of ``delta.tool_calls``.
+    With tools, each choice's text goes through a :class:`~mobius_runtime.tools.CallReader`:
+    content as soon as it cannot begin a call, each call as OpenAI streams one (a
+    ``delta.tool_calls`` entry with its index, id, type and name, then its arguments in
+    fragments), the finish reason the whole answer would have.
     """
     kind_name = "chat.completion.chunk" if chat else "text_completion"
     formatters = [Logprobs(settings.pipeline.text, chat) for _ in handles]
     pending: list[list[TokenLogprob]] = [[] for _ in handles]  # entries of unsent text
+    readers = [tooling.format.reader() for _ in handles] if tooling is not None else None
 
     def chunk(index: int, delta: dict[str, Any] | str, finish: str | None) -> str:
         lp = None
@@ -676,8 +678,11 @@ async def _stream(
                 if kind == "logprobs":
                     pending[index].append(data)
                 elif kind == "delta":
-                    if tooling is None:
+                    if readers is None:
                         yield chunk(index, {"content": data} if chat else data, None)
+                    else:
+                        for event in readers[index].feed(data):
+                            yield chunk(index, _tool_delta(event), None)
                 elif kind == "error":
                     yield _sse(_engine_error(data).body())
                     failed = True
@@ -687,8 +692,11 @@ async def _stream(
                     failed = True
                 elif kind == "done":
                     done[index] = data
-                    for part in _finish_chunks(chunk, index, data, chat, tooling):
-                        yield part
+                    if readers is not None:
+                        for event in readers[index].close():
+                            yield chunk(index, _tool_delta(event), None)
+                    finish = _reply(data, tooling)[1] if tooling else finish_reason(data.reason)
+                    yield chunk(index, {} if chat else "", finish)
                 if failed:
                     break
         if not failed:
@@ -704,23 +712,16 @@ async def _stream(
             settings.engine.cancel(handle)
 
 
-def _finish_chunks(
-    chunk: Callable[..., str], index: int, done: Finished, chat: bool, tooling: Tooling | None
-) -> list[str]:
-    """A finished choice's last chunks: with tools its content and calls, then the finish."""
-    if tooling is None:
-        return [chunk(index, {} if chat else "", finish_reason(done.reason))]
-    message, finish = _reply(done, tooling)
-    out = []
-    if message["content"]:
-        out.append(chunk(index, {"content": message["content"]}, None))
-    calls = message.get("tool_calls") or []
-    if calls:
-        out.append(
-            chunk(index, {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}, None)
-        )
-    out.append(chunk(index, {}, finish))
-    return out
+def _tool_delta(event: tools.Event) -> dict[str, Any]:
+    """The chat ``delta`` of one :class:`~mobius_runtime.tools.Event`."""
+    if event.kind == "content":
+        return {"content": event.text}
+    if event.kind == "call":
+        function = {"name": event.text, "arguments": ""}
+        call = {"index": event.index, "id": event.id, "type": "function", "function": function}
+    else:
+        call = {"index": event.index, "function": {"arguments": event.text}}
+    return {"tool_calls": [call]}
 
 
 async def _ready(events: asyncio.Queue[tuple[str, Any, int]]) -> list[tuple[str, Any, int]]:

@@ -161,14 +161,9 @@ def serve(
         if ray:
             from mobius_runtime.serve.ray_app import serve_on_ray
 
-            if prefix_cache_mb:
-                raise MobiusError(
-                    "--prefix-cache-mb is not passed to Ray Serve replicas yet",
-                    where="--prefix-cache-mb",
-                    fix="drop --prefix-cache-mb with --ray, or serve without --ray",
-                )
             serve_on_ray(packages, host, port, ray_flags, model_name, api_key=api_key,
-                         max_batch=max_batch, max_queue=max_queue, device=device,
+                         max_batch=max_batch, max_queue=max_queue,
+                         prefix_cache_mb=prefix_cache_mb, device=device,
                          threads=threads, settings=options)  # fmt: skip
             return
         _single(packages, ray_flags)

@@ -89,6 +89,7 @@ class RayOptions:
     replica_gpus: float = 0.0
     max_batch: int = 8
     max_queue: int = 64  # requests waiting at the ingress per model beyond the replicas' slots
+    prefix_cache_mb: float = 0.0  # each replica's own prefix cache (mobius_runtime.prefix_cache)
     device: str = "auto"
     threads: int | None = None
     api_key: str | None = None
@@ -190,7 +191,12 @@ class ModelServer:
         require_logits(pipeline)
         # max_queue: room for a request Ray sends as one leaves, before the engine's next
         # step has freed its slot; Ray itself never sends more than max_batch at once
-        self.engine = Engine(pipeline, max_batch=options.max_batch, max_queue=options.max_batch)
+        self.engine = Engine(
+            pipeline,
+            max_batch=options.max_batch,
+            max_queue=options.max_batch,
+            prefix_cache_mb=options.prefix_cache_mb,
+        )
         self.settings = Settings(self.engine, model["name"], options.api_key, **options.settings)
         self.app = create_app(self.settings)
         self.replica = serve.get_replica_context().replica_id.unique_id
