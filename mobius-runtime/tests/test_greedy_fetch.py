@@ -24,12 +24,12 @@ def _nbytes(value) -> int:
 
 
 def test_greedy_rows_are_views_of_the_step_logits(pipeline, monkeypatch):
-    from mobius_runtime import decoding
+    from mobius_runtime import decoding, executor
 
     logits_key = pipeline.plan.logits
     buffers: list[tuple[int, int, list[int]]] = []
     taken: list[tuple[int, int, bool]] = []
-    real_step, real_take = pipeline.executor.step, decoding.Decoding.take
+    real_step, real_take = executor.Steps.step, decoding.Decoding.take
 
     def step(*args, **kwargs):
         values = real_step(*args, **kwargs)
@@ -41,7 +41,7 @@ def test_greedy_rows_are_views_of_the_step_logits(pipeline, monkeypatch):
         taken.append((logits.ctypes.data, logits.nbytes, logits.flags.owndata))
         return real_take(self, logits, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline.executor, "step", step)
+    monkeypatch.setattr(executor.Steps, "step", step)
     monkeypatch.setattr(decoding.Decoding, "take", take)
     prompt = [2, *range(20, 40)]
     result = pipeline.generate(input_ids=[prompt], max_new_tokens=8, stop_ids=())

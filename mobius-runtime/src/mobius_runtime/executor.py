@@ -18,8 +18,9 @@ builds ``present = concat(past, new)``, so each step's cost is O(cache) and a
 generation's O(n²).
 
 Thread safety: an Executor is shared by all requests of a Pipeline. It keeps no
-per-request state; every step makes fresh IO bindings, and the only shared mutable
-members (per-component caches) are filled under a lock.
+per-request state: a request's IO bindings, kept from step to step, live in its own
+:class:`Steps`; the only shared mutable members (per-component caches) are filled
+under a lock.
 
 Every input is resolved *before* any session runs: a required input without a
 source is a :class:`RequestError`, never silently zero-filled.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,7 +58,7 @@ class Executor:
         self.share_of = share_of
         self._io: dict[str, tuple[list[tuple[str, str, tuple[Any, ...]]], list[str]]] = {}
         self._share: dict[str, SharePlan | None] = {}
-        self._resolved: dict[tuple, tuple[list[str], dict[str, tuple[str, Any]]]] = {}
+        self._resolved: dict[tuple, list[_Layout]] = {}
         self._lock = threading.Lock()
 
     def io(self, comp: str) -> tuple[list[tuple[str, str, tuple[Any, ...]]], list[str]]:
@@ -157,6 +159,35 @@ class Executor:
 
     # ------------------------------------------------------------------ running
 
+    def layout(self, caller: Mapping[str, Any], state: Mapping[str, Any] | None) -> list[_Layout]:
+        """The components a step with these caller inputs and state keys runs, each with its
+        inputs' sources: resolved (and checked) once per such shape, then cached."""
+        shape = (frozenset(caller), None if state is None else frozenset(state))
+        layout = self._resolved.get(shape)
+        if layout is None:
+            self.check_request(caller)
+            run, how = self._resolve(caller, state)
+            host = set(self.plan.outputs)
+            layout = []
+            for comp in run:
+                inputs, names = self.io(comp)
+                feeds = tuple(
+                    (name, f"{comp}.{name}", ort_type, len(dims), how[f"{comp}.{name}"])
+                    for name, ort_type, dims in inputs
+                )
+                outs = tuple(
+                    (name, f"{comp}.{name}", self.device == "cpu" or f"{comp}.{name}" in host)
+                    for name in names
+                )
+                layout.append(_Layout(comp, feeds, outs))
+            with self._lock:
+                layout = self._resolved.setdefault(shape, layout)
+        return layout
+
+    def steps(self, capacity: int | None = None) -> Steps:
+        """A request's run of steps (see :class:`Steps`)."""
+        return Steps(self, capacity)
+
     def step(
         self,
         caller: Mapping[str, Any],
@@ -165,65 +196,97 @@ class Executor:
         capacity: int | None = None,
         generated: Mapping[str, np.ndarray] | None = None,
     ) -> dict[str, Any]:
+        """Run one step on bindings of its own; see :meth:`Steps.step`."""
+        return Steps(self, capacity).step(caller, state, past_len, generated)
+
+    def next_state(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The state for the next step: each state edge's producer value."""
+        return {consumer: values[producer] for consumer, producer in self.plan.states.items()}
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """One component of a resolved step: its inputs as (name, key, type, rank, source) and
+    its outputs as (name, key, bound to host memory)."""
+
+    comp: str
+    inputs: tuple[tuple[str, str, str, int, tuple[str, Any]], ...]
+    outputs: tuple[tuple[str, str, bool], ...]
+
+
+class Steps:
+    """The steps of one request (a prefill, then one per token), each component's IO
+    binding kept from one step to the next.
+
+    What is the same OrtValue as at the last step stays bound without a call: the shared
+    KV buffers (past and present), and a caller's numpy input that the OrtValue reads in
+    place (host memory, the session's dtype) when the next step passes the same array
+    object, written in place (the token loop's ``[1, 1]`` ids). The runtime's
+    ``attention_mask`` (ones) and ``position_ids`` are views of arrays made once per
+    request and grown as needed, so a step allocates no numpy array for them. One
+    thread drives a request: a Steps is never shared.
+    """
+
+    def __init__(self, executor: Executor, capacity: int | None = None) -> None:
+        self.executor = executor
+        self.capacity = capacity
+        self._bindings: dict[str, StepBinding] = {}
+        self._arrays: dict[str, tuple[Any, Any]] = {}  # key -> (caller array, OrtValue over it)
+        self._ones = np.ones(0, dtype=np.int64)
+        self._ramp = np.arange(0, dtype=np.int64)
+        self._position = np.zeros((1, 1), dtype=np.int64)  # a one-token step's, written in place
+
+    def step(
+        self,
+        caller: Mapping[str, Any],
+        state: Mapping[str, Any] | None,
+        past_len: int,
+        generated: Mapping[str, np.ndarray] | None = None,
+    ) -> dict[str, Any]:
         """Run one step; returns every component output (OrtValue) keyed ``comp.port``.
 
-        ``capacity`` (the most positions this request will ever hold) enables shared
+        The request's ``capacity`` (the most positions it will ever hold) enables shared
         KV buffers for components whose graphs allow it; ``None`` keeps the concat
-        path. A request must use one mode for all its steps: the state a shared step
+        path. A request uses one mode for all its steps: the state a shared step
         returns is the capacity-long buffers. ``generated`` replaces the runtime's
         ``attention_mask`` / ``position_ids`` (by name) for a batch whose rows have
         different past lengths (:mod:`mobius_runtime.batching`); ``past_len`` is then
         the longest row's.
         """
-        # which components run and where each input comes from depend only on which
-        # caller inputs and state keys are present: resolved once per such shape
-        shape = (frozenset(caller), None if state is None else frozenset(state))
-        resolved = self._resolved.get(shape)
-        if resolved is None:
-            self.check_request(caller)
-            resolved = self._resolve(caller, state)
-            with self._lock:
-                self._resolved.setdefault(shape, resolved)
-        run, how = resolved
+        executor = self.executor
+        capacity = self.capacity
         batch, seq = _batch_and_seq(caller)
         values: dict[str, Any] = {}
-        host_outputs = set(self.plan.outputs)
-        for comp in run:
-            binding = StepBinding(self.session_of(comp))
-            inputs, names = self.io(comp)
-            share = self.shared(comp) if capacity is not None else None
+        for part in executor.layout(caller, state):
+            comp = part.comp
+            binding = self._bindings.get(comp)
+            if binding is None:
+                binding = self._bindings[comp] = StepBinding(executor.session_of(comp))
+            share = executor.shared(comp) if capacity is not None else None
+            pairs = share.pairs if share is not None else {}
             buffers: dict[str, Any] = {}
-            for name, ort_type, shape in inputs:
-                key = f"{comp}.{name}"
-                if share is not None and name in share.pairs:
-                    value = self._buffer(key, ort_type, how[key], state, batch, capacity)
+            for name, key, ort_type, rank, how in part.inputs:
+                if name in pairs:
+                    value = self._buffer(key, ort_type, how, state, batch)
                     _check_room(key, value, past_len + seq)
                     buffers[name] = value
                 else:
                     value = self._feed(
-                        key,
-                        ort_type,
-                        len(shape),
-                        how[key],
-                        caller,
-                        state,
-                        values,
-                        batch,
-                        seq,
-                        past_len,
+                        key, ort_type, rank, how, caller, state, values, batch, seq, past_len,
                         generated,
-                    )
+                    )  # fmt: skip
                 binding.input(name, value)
             bound = share.outputs if share is not None else {}
-            for name in names:
+            skip = set()
+            for i, (name, _key, on_host) in enumerate(part.outputs):
                 if name in bound:
                     binding.output(name, buffers[bound[name]])
-                    continue
-                on_host = self.device == "cpu" or f"{comp}.{name}" in host_outputs
-                binding.output_on(name, "cpu" if on_host else self.device)
-            for name, value in zip(names, binding.run()):
+                    skip.add(i)
+                else:
+                    binding.output_on(name, "cpu" if on_host else executor.device)
+            for (name, key, _), value in zip(part.outputs, binding.run(skip)):
                 # a shared present *is* its past buffer: keep that very OrtValue
-                values[f"{comp}.{name}"] = buffers[bound[name]] if name in bound else value
+                values[key] = buffers[bound[name]] if name in bound else value
         return values
 
     def _buffer(
@@ -233,19 +296,14 @@ class Executor:
         how: tuple[str, Any],
         state: Mapping[str, Any] | None,
         batch: int,
-        capacity: int | None,
     ) -> Any:
         """A shared KV buffer: the request's own from the last step, or a new zeroed one."""
         kind, detail = how
         if kind == "state":
             return state[detail]  # type: ignore[index]
         shape = list(_initial_shape(key, detail, batch))
-        shape[SEQ_AXIS] = int(capacity)  # type: ignore[arg-type]
-        return zeros(tuple(shape), ort_type, self.device)
-
-    def next_state(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """The state for the next step: each state edge's producer value."""
-        return {consumer: values[producer] for consumer, producer in self.plan.states.items()}
+        shape[SEQ_AXIS] = int(self.capacity)  # type: ignore[arg-type]
+        return zeros(tuple(shape), ort_type, self.executor.device)
 
     def _feed(
         self,
@@ -262,23 +320,74 @@ class Executor:
         generated: Mapping[str, np.ndarray] | None = None,
     ) -> Any:
         kind, detail = how
+        device = self.executor.device
         if kind == "edge":
             return values[detail]
         if kind == "state":
             return state[detail]  # type: ignore[index]
         if kind == "caller":
-            value = caller[detail]
-            if hasattr(value, "data_type") and value.data_type() == ort_type:
-                return value
-            return to_ortvalue(value, ort_type, self.device)
+            return self._value(key, caller[detail], ort_type)
         if kind == "zeros":
-            return zeros(tuple(detail), ort_type, self.device)
+            return zeros(tuple(detail), ort_type, device)
         if kind == "initial":
-            return zeros(_initial_shape(key, detail, batch), ort_type, self.device)
+            return zeros(_initial_shape(key, detail, batch), ort_type, device)
         if generated is not None and detail in generated:
-            return to_ortvalue(generated[detail], ort_type, self.device)
-        return to_ortvalue(
-            _generated(key, detail, rank, batch, seq, past_len), ort_type, self.device
+            return to_ortvalue(generated[detail], ort_type, device)
+        return self._value(key, self._generated(key, detail, rank, batch, seq, past_len), ort_type)
+
+    def _value(self, key: str, value: Any, ort_type: str) -> Any:
+        """An input array as an OrtValue: the one of the last step when ``value`` is the same
+        host array and that OrtValue reads it in place (so it is bound already)."""
+        if hasattr(value, "data_type") and value.data_type() == ort_type:
+            return value
+        known = self._arrays.get(key)
+        if known is not None and known[0] is value:
+            return known[1]
+        converted = to_ortvalue(value, ort_type, self.executor.device)
+        if (
+            isinstance(value, np.ndarray)
+            and self.executor.device == "cpu"
+            and value.size
+            and converted.data_ptr() == value.ctypes.data
+        ):  # the OrtValue reads the array in place: writing it is the next step's feed
+            self._arrays[key] = (value, converted)
+        return converted
+
+    def _generated(
+        self, key: str, name: str, rank: int, batch: int, seq: int, past_len: int
+    ) -> np.ndarray:
+        """attention_mask = ones(B, P+S); position_ids = arange(P, P+S) per row: views of
+        the request's own ones / arange arrays (grown to the capacity, or as needed), and
+        for one token of one row its own ``[1, 1]`` array, written in place."""
+        total = past_len + seq
+        if name == "attention_mask":
+            if rank != 2:
+                raise RequestError(
+                    f"generated attention_mask for {key} must be rank 2, the graph has rank {rank}",
+                    where=key,
+                    fix="rebuild the package",
+                )
+            if self._ones.size < batch * total:
+                self._ones = np.ones(batch * max(total, self.capacity or 0), dtype=np.int64)
+            return self._ones[: batch * total].reshape(batch, total)
+        if batch == 1 and seq == 1 and rank == 2:
+            self._position[0, 0] = past_len
+            return self._position
+        if self._ramp.size < total:
+            self._ramp = np.arange(max(total, self.capacity or 0), dtype=np.int64)
+        positions = self._ramp[past_len:total]
+        if rank == 1:
+            return positions
+        if rank == 2:
+            return (
+                positions.reshape(1, seq)
+                if batch == 1
+                else np.broadcast_to(positions, (batch, seq))
+            )
+        raise RequestError(
+            f"generated position_ids for {key} must be rank 1 or 2, the graph has rank {rank}",
+            where=key,
+            fix="rebuild the package",
         )
 
 
@@ -320,25 +429,3 @@ def _initial_shape(key: str, shape: tuple[int | str, ...], batch: int) -> tuple[
             where=f"mobius.json: contract state {key}",
             fix="rebuild the package; initial shapes may use 'batch' and ints",
         ) from exc
-
-
-def _generated(key: str, name: str, rank: int, batch: int, seq: int, past_len: int) -> np.ndarray:
-    """attention_mask = ones(B, P+S); position_ids = arange(P, P+S) per row."""
-    if name == "attention_mask":
-        if rank != 2:
-            raise RequestError(
-                f"generated attention_mask for {key} must be rank 2, the graph has rank {rank}",
-                where=key,
-                fix="rebuild the package",
-            )
-        return np.ones((batch, past_len + seq), dtype=np.int64)
-    positions = np.arange(past_len, past_len + seq, dtype=np.int64)
-    if rank == 1:
-        return positions
-    if rank == 2:
-        return np.broadcast_to(positions, (batch, seq))
-    raise RequestError(
-        f"generated position_ids for {key} must be rank 1 or 2, the graph has rank {rank}",
-        where=key,
-        fix="rebuild the package",
-    )

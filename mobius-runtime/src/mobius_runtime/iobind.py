@@ -1,4 +1,5 @@
-"""IO binding for one step, through onnxruntime's C-level binding object when it has one.
+"""IO binding of a component's session, through onnxruntime's C-level binding object when
+it has one, kept from one step of a request to the next.
 
 onnxruntime's Python ``IOBinding`` wrapper re-validates every OrtValue on every
 ``bind_ortvalue_input`` (session compatibility, WebGPU capture pins, a device-type
@@ -8,15 +9,24 @@ step: measured on the tiny Gemma 4 (11 inputs, 9 outputs per step, onnxruntime
 1.31 CPU), the wrapper calls cost more than the session's own ``run``. The runtime
 binds only OrtValues it made for the same session's device and never captures
 graphs, so :class:`StepBinding` calls the C-level object (``IOBinding._iobinding``,
-``InferenceSession._sess``) directly, and keeps a reference to every bound OrtValue
-until the step's outputs are read (a numpy-backed CPU OrtValue must outlive the
-run, which the wrapper guaranteed by keeping it too). Where those attributes are
-missing (another onnxruntime), it uses the public wrapper unchanged.
+``InferenceSession._sess``) directly. Where those attributes are missing (another
+onnxruntime), it uses the public wrapper unchanged.
+
+A binding lives as long as its request (:class:`mobius_runtime.executor.Steps`): a
+value bound at one step stays bound until a later step binds another under that name,
+so what does not change between decode steps (shared KV buffers bound as both past and
+present, an input array written in place) is bound once. It keeps a reference to every
+bound OrtValue while it is bound (a numpy-backed CPU OrtValue must outlive the runs
+that read it, which the wrapper guaranteed by keeping it too). Outputs bound to a
+device (not to an OrtValue) are bound again before every run: after a run onnxruntime
+holds the value it allocated there and would write the next run into it (an error
+when the shape changes, and the previous step's logits overwritten when it does not).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Container
 from typing import Any
 
 
@@ -28,7 +38,7 @@ def _c_device(device: str) -> Any:
 
 
 class StepBinding:
-    """Bind inputs / outputs of one session run and read its outputs as OrtValues."""
+    """Bind inputs / outputs of a session's runs and read their outputs as OrtValues."""
 
     def __init__(self, session: Any) -> None:
         self._binding = session.io_binding()
@@ -36,30 +46,40 @@ class StepBinding:
         self._sess = getattr(session, "_sess", None)
         self._session = session
         self._fast = self._c is not None and self._sess is not None
-        self._keep: list[Any] = []
+        self._inputs: dict[str, Any] = {}  # name -> the OrtValue bound under it now
+        self._outputs: dict[str, Any] = {}
 
     def input(self, name: str, value: Any) -> None:
+        """Bind ``value`` as input ``name`` (nothing to do when it is bound there already)."""
+        if self._inputs.get(name) is value:
+            return
         if self._fast and hasattr(value, "_ortvalue"):
             self._c.bind_ortvalue_input(name, value._ortvalue)
-            self._keep.append(value)
         else:
             self._binding.bind_ortvalue_input(name, value)
+        self._inputs[name] = value
 
     def output(self, name: str, value: Any) -> None:
+        """Write output ``name`` into ``value`` (nothing to do when it is bound there already)."""
+        if self._outputs.get(name) is value:
+            return
         if self._fast and hasattr(value, "_ortvalue"):
             self._c.bind_ortvalue_output(name, value._ortvalue)
-            self._keep.append(value)
         else:
             self._binding.bind_ortvalue_output(name, value)
+        self._outputs[name] = value
 
     def output_on(self, name: str, device: str) -> None:
+        """Let the run allocate output ``name`` on ``device`` (bind before every run)."""
+        self._outputs.pop(name, None)
         if self._fast:
             self._c.bind_output(name, _c_device(device))
         else:
             self._binding.bind_output(name, device)
 
-    def run(self) -> list[Any]:
-        """Run the session; its outputs in graph order."""
+    def run(self, skip: Container[int] = ()) -> list[Any]:
+        """Run the session; its outputs in graph order (None at the indices in ``skip``:
+        outputs bound to an OrtValue the caller holds already)."""
         if not self._fast:
             self._session.run_with_iobinding(self._binding)
             return self._binding.get_outputs()
@@ -67,5 +87,4 @@ class StepBinding:
 
         self._sess.run_with_iobinding(self._c, None)
         outputs = self._c.get_outputs()
-        self._keep.clear()
-        return [ort.OrtValue(outputs[i]) for i in range(len(outputs))]
+        return [None if i in skip else ort.OrtValue(outputs[i]) for i in range(len(outputs))]

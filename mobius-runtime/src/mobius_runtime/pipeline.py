@@ -563,9 +563,10 @@ class Pipeline:
         )
         logits_key = self.plan.logits
         executor = self.executor
+        steps = executor.steps(capacity)  # the request's IO bindings, kept between steps
         caller = {**caller, "input_ids": ids}
         start = time.perf_counter()
-        values = executor.step(caller, state, past, capacity)
+        values = steps.step(caller, state, past)
         logits = last_position(values[logits_key])[0]
         state = executor.next_state(values)
         past += int(ids.shape[1])
@@ -579,7 +580,7 @@ class Pipeline:
             if row.reason is not None:
                 break
             step_ids[0, 0] = token
-            values = executor.step({"input_ids": step_ids}, state, past, capacity)
+            values = steps.step({"input_ids": step_ids}, state, past)
             logits = last_position(values[logits_key])[0]
             state = executor.next_state(values)
             past += 1

@@ -48,7 +48,11 @@ def session_options(threads: int | None) -> Any:
     little latency on an idle machine but halves decode speed when cores are
     shared (measured: tiny Gemma 4, 2 threads on a loaded 2-core machine, 75 ->
     150 tok/s), and it would make concurrent requests on one Pipeline fight for
-    the same cores.
+    the same cores. Measured again (2026-12-02, onnxruntime 1.31.1, tiny Gemma 4
+    ``--target cpu``, 64 greedy tokens, each setting in its own process, medians of 9
+    generations taken in turns with onnxruntime-genai's, load average 5.8 on 2 cores):
+    no spinning, 2 threads 1.03x onnxruntime-genai; spinning, 2 threads 0.45x; 1 thread
+    0.82x. So: no spinning, and the caller's thread count.
     """
     import onnxruntime as ort
 

@@ -1,0 +1,107 @@
+"""A request's steps keep their IO bindings (:class:`mobius_runtime.executor.Steps`).
+
+Exact: every step's logits equal those of steps run on fresh bindings, on the shared-KV
+(GroupQueryAttention) and the concat (ONNX Attention) builds. Cheap: from the second
+one-token step of a greedy request on, a step of the shared-KV build binds one new
+input, the attention mask (its length grows), and lets the logits be allocated: the KV
+buffers, the ids array the token loop writes in place and the position array stay bound
+from the step before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mobius_runtime import Pipeline, iobind
+from mobius_runtime.feeds import to_numpy
+
+pytest.importorskip("onnxruntime")
+
+PROMPT = [2, *range(30, 52)]
+
+
+def _logits(p: Pipeline, kept: bool, new: int = 10) -> tuple[list[int], list[np.ndarray]]:
+    """Greedy ids and every step's logits, on one Steps (kept) or a fresh binding per step."""
+    ex = p.executor
+    capacity = len(PROMPT) + new
+    steps = ex.steps(capacity)
+
+    def step(caller, state, past):
+        if kept:
+            return steps.step(caller, state, past)
+        return ex.step(caller, state, past, capacity)
+
+    ids_array = np.zeros((1, 1), dtype=np.int64)  # written in place, as the token loop does
+    values = step({"input_ids": np.array([PROMPT])}, None, 0)
+    past, ids, rows = len(PROMPT), [], []
+    for _ in range(new):
+        rows.append(to_numpy(values[p.plan.logits])[0, -1].copy())
+        ids.append(int(np.argmax(rows[-1])))
+        ids_array[0, 0] = ids[-1]
+        values = step({"input_ids": ids_array}, ex.next_state(values), past)
+        past += 1
+    return ids, rows
+
+
+@pytest.mark.parametrize("build", ["tiny_gqa_package", "tiny_attention_package"])
+def test_kept_bindings_give_the_same_logits(build, request):
+    p = Pipeline.load(request.getfixturevalue(build), device="cpu", threads=2)
+    fresh_ids, fresh = _logits(p, kept=False)
+    kept_ids, kept = _logits(p, kept=True)
+    assert kept_ids == fresh_ids
+    for a, b in zip(kept, fresh, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+class _Counting:
+    """The C-level binding, counting which names each step binds."""
+
+    def __init__(self, inner, log: list[list[str]]) -> None:
+        self._inner, self._log = inner, log
+
+    def bind_ortvalue_input(self, name, value):
+        self._log[-1].append(f"in:{name}")
+        return self._inner.bind_ortvalue_input(name, value)
+
+    def bind_ortvalue_output(self, name, value):
+        self._log[-1].append(f"out:{name}")
+        return self._inner.bind_ortvalue_output(name, value)
+
+    def bind_output(self, name, device):
+        self._log[-1].append(f"device:{name}")
+        return self._inner.bind_output(name, device)
+
+    def get_outputs(self):
+        self._log.append([])  # the next step's binds
+        return self._inner.get_outputs()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def test_a_decode_step_binds_only_the_growing_mask(tiny_gqa_package, monkeypatch):
+    log: list[list[str]] = [[]]
+    real_init = iobind.StepBinding.__init__
+
+    def init(self, session):
+        real_init(self, session)
+        if not self._fast:
+            pytest.skip("this onnxruntime has no C-level IO binding")
+        self._c = _Counting(self._c, log)
+
+    monkeypatch.setattr(iobind.StepBinding, "__init__", init)
+    p = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
+    assert p.kv_sharing == {"model": True}
+    result = p.generate(input_ids=[PROMPT], max_new_tokens=6, stop_ids=())
+    assert len(result.ids) == 6
+    prefill, *decode, after = log
+    assert after == []  # nothing bound after the last step
+    assert len(decode) == 5
+    assert sum(n.startswith("in:past_key_values") for n in prefill) == 8  # bound once
+    assert sum(n.startswith("out:present") for n in prefill) == 8
+    # the first one-token step binds its [1, 1] ids and position (the prefill had the
+    # prompt's); from then on they are written in place
+    assert decode[0] == ["in:input_ids", "in:attention_mask", "in:position_ids", "device:logits"]
+    for binds in decode[1:]:
+        assert binds == ["in:attention_mask", "device:logits"]
