@@ -158,7 +158,7 @@ class Pipeline:
         """
         from mobius.package.checks import check_package, raise_for
         from mobius_runtime.device import resolve_device
-        from mobius_runtime.sessions import check_threads
+        from mobius_runtime.ort_sessions import check_threads
 
         check_threads(threads)
         # The one package check `mobius verify` runs, before anything is allocated (even
@@ -206,7 +206,7 @@ class Pipeline:
         """The (checked) session of ``component``, opened on first use."""
         session = self._sessions.get(component)
         if session is None:
-            from mobius_runtime.sessions import check_ports, open_session
+            from mobius_runtime.ort_sessions import check_ports, open_session
 
             with self._open_lock:  # two threads never open the same component twice
                 session = self._sessions.get(component)
@@ -224,7 +224,7 @@ class Pipeline:
         import onnxruntime as ort
 
         from mobius_runtime.device import providers_for
-        from mobius_runtime.sessions import check_ports, load_with_weights, session_options
+        from mobius_runtime.ort_sessions import check_ports, load_with_weights, session_options
 
         model = load_with_weights(self._paths[component])
         check_ports(_GraphPorts(model.graph), self.contract.component(component))
