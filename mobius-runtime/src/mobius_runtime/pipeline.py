@@ -27,6 +27,7 @@ from mobius_runtime.decoding import Decoding, FinishReason, TokenLogprob
 from mobius_runtime.errors import RequestError
 from mobius_runtime.executor import Executor
 from mobius_runtime.feeds import last_position, to_numpy
+from mobius_runtime.kvshare import KVLayout, SharePlan, kv_layout
 from mobius_runtime.plan import Plan, compile_plan
 from mobius_runtime.requests import check_ids, vocab_size
 from mobius_runtime.sampling import Sampler, SamplingParams
@@ -111,6 +112,7 @@ class Pipeline:
         self._paths = component_paths
         self._sessions: dict[str, Any] = {}
         self._open_lock = threading.Lock()
+        self._layouts: dict[str, KVLayout] = {}
         self.text = TextSide(root, manifest, host)
         self.context_length = context_length(root, manifest)
         self.kv_share = kv_share
@@ -237,10 +239,20 @@ class Pipeline:
             model.SerializeToString(), sess_options=options, providers=providers_for(self.device)
         )
 
-    def _share_plan(self, component: str) -> Any:
-        from mobius_runtime.kvshare import share_plan
+    def kv_layout(self, component: str) -> KVLayout:
+        """The KV-state layout of ``component`` (share plan, padding side), read from its
+        graph once and shared by the executor and the batcher."""
+        layout = self._layouts.get(component)
+        if layout is None:
+            with self._open_lock:
+                layout = self._layouts.get(component)
+                if layout is None:
+                    layout = kv_layout(component, self._paths[component], self.plan.states)
+                    self._layouts[component] = layout
+        return layout
 
-        return share_plan(component, self._paths[component], self.plan.states)
+    def _share_plan(self, component: str) -> SharePlan | None:
+        return self.kv_layout(component).share
 
     @property
     def kv_sharing(self) -> dict[str, bool]:
