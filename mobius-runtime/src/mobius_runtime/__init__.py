@@ -31,13 +31,14 @@ __all__ = [
 if TYPE_CHECKING:
     from mobius_runtime.chat_session import ChatSession
     from mobius_runtime.decoding import FinishReason
-    from mobius_runtime.pipeline import GenerationResult, Pipeline
+    from mobius_runtime.generation import GenerationResult
+    from mobius_runtime.pipeline import Pipeline
     from mobius_runtime.sampling import SamplingParams
 
 _LAZY = {
     "ChatSession": "chat_session",
     "Pipeline": "pipeline",
-    "GenerationResult": "pipeline",
+    "GenerationResult": "generation",
     "SamplingParams": "sampling",
     "FinishReason": "decoding",
 }

@@ -41,7 +41,6 @@ through host memory (once per join or leave, never per step).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,8 +50,6 @@ import numpy as np
 from mobius_runtime.feeds import last_position, to_numpy, to_ortvalue
 from mobius_runtime.kvshare import LEFT, RIGHT, SEQ_AXIS
 from mobius_runtime.prefix_cache import Hit
-
-log = logging.getLogger("mobius_runtime.batching")
 
 
 @dataclass(eq=False)
@@ -103,11 +100,7 @@ class Batcher:
         self.pipeline = pipeline
         self.executor = pipeline.executor
         self.plan = pipeline.plan
-        self.side, reason = self._layout()
-        if self.side is None:
-            log.warning("requests are decoded one by one, not batched: %s", reason)
-        else:
-            log.info("batched decode with %s padding (%s)", self.side, reason)
+        self.side, self.reason = self._layout()
         self._shared = {
             key for key in self.plan.states if pipeline.kv_sharing.get(key.split(".", 1)[0])
         }
@@ -118,6 +111,11 @@ class Batcher:
             shape = next((o.shape for o in outputs if o.name == port), None)
         self._last_only = bool(shape) and len(shape) > 1 and shape[1] == 1
         """The graph gives the last position's logits only (``mobius build --logits last``)."""
+
+    @property
+    def shares(self) -> bool:
+        """True when the KV state (some of it) lives in shared, capacity-long buffers."""
+        return bool(self._shared)
 
     @property
     def batches(self) -> bool:
@@ -184,7 +182,7 @@ class Batcher:
         if end < prompt:
             return None
         logits = last_position(values[self.plan.logits])[0]
-        return logits, Cohort(job.state, [prompt], [job.capacity], bool(self._shared))
+        return logits, Cohort(job.state, [prompt], [job.capacity], self.shares)
 
     def prefill(
         self, caller: Mapping[str, Any], capacity: int, hit: Hit | None = None
@@ -225,7 +223,7 @@ class Batcher:
         else:
             last = logits[np.arange(rows), np.asarray(lengths) - 1]
         state = self.executor.next_state(values)
-        return last, Cohort(state, lengths, list(capacities), bool(self._shared))
+        return last, Cohort(state, lengths, list(capacities), self.shares)
 
     def can_batch(self, lengths: Sequence[int]) -> bool:
         """True when prompts of these lengths can be prefilled together (:meth:`prefill_many`)."""
@@ -249,6 +247,13 @@ class Batcher:
         """One step of every row (``tokens[b]`` is row b's new id); returns logits [B, V]."""
         rows = cohort.size
         ids = np.asarray(tokens, dtype=np.int64).reshape(rows, 1)
+        if rows == 1 and self._unpadded(cohort):  # the runtime's own mask and positions
+            values = self.executor.step(
+                {"input_ids": ids}, cohort.values, cohort.pasts[0], cohort.capacity
+            )
+            cohort.values = self.executor.next_state(values)
+            cohort.pasts = [cohort.pasts[0] + 1]
+            return last_position(values[self.plan.logits])
         pasts = np.asarray(cohort.pasts, dtype=np.int64)
         if self.side == LEFT:
             length = self._concat_length(cohort)
@@ -311,6 +316,15 @@ class Batcher:
                 np.ascontiguousarray(array), value.data_type(), self.executor.device
             )
         return self._trim(kept)
+
+    def _unpadded(self, cohort: Cohort) -> bool:
+        """True when a one-row cohort's concat buffers hold exactly its past (no padding):
+        then its step takes the runtime's own mask and positions, as a request alone."""
+        return all(
+            int(v.shape()[SEQ_AXIS]) == cohort.pasts[0]
+            for k, v in cohort.values.items()
+            if k not in self._shared
+        )
 
     def _concat_length(self, cohort: Cohort) -> int:
         lengths = {

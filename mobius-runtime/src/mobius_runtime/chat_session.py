@@ -24,7 +24,8 @@ from mobius_runtime.sampling import Sampler, SamplingParams
 from mobius_runtime.text import as_ids
 
 if TYPE_CHECKING:
-    from mobius_runtime.pipeline import GenerationResult, Pipeline
+    from mobius_runtime.generation import GenerationResult
+    from mobius_runtime.pipeline import Pipeline
 
 
 class ChatSession:

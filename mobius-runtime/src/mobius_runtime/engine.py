@@ -118,7 +118,11 @@ class Engine:
                 "max_batch must be >= 1, max_queue, prefix_cache_mb and prefill_chunk >= 0"
             )
         self.pipeline = pipeline
-        self.batcher = Batcher(pipeline)
+        self.batcher: Batcher = pipeline.batcher
+        if self.batcher.side is None:
+            log.warning("requests are decoded one by one, not batched: %s", self.batcher.reason)
+        else:
+            log.info("batched decode with %s padding (%s)", self.batcher.side, self.batcher.reason)
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.prefill_chunk = prefill_chunk  # prompt ids between two decode steps (0: no limit)
