@@ -30,7 +30,7 @@ from mobius_runtime.generation import GenerationResult, run
 from mobius_runtime.kvshare import KVLayout, SharePlan, kv_layout
 from mobius_runtime.plan import Plan, compile_plan
 from mobius_runtime.prompts import Prompts
-from mobius_runtime.sampling import Sampler, SamplingParams
+from mobius_runtime.sampling import SamplingParams
 from mobius_runtime.text import TextSide, context_length
 
 log = logging.getLogger("mobius_runtime")
@@ -292,21 +292,6 @@ class Pipeline:
         """The caller inputs ``messages`` make (:meth:`Prompts.encode_messages`)."""
         return self.prompts.encode_messages(messages, literal_special, tools)
 
-    def prepare(
-        self,
-        text: str | None,
-        input_ids: Any,
-        images: Sequence[Any],
-        audio: Sequence[Any],
-        literal: dict[str, str] | None = None,
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """(checked prompt ids [1, S], caller inputs) (:meth:`Prompts.prepare`)."""
-        return self.prompts.prepare(text, input_ids, images, audio, literal)
-
-    def check_prompt_ids(self, ids: np.ndarray, image_soft: int, audio_soft: int) -> None:
-        """Ids in the vocabulary, placeholders matching the media, within the context."""
-        self.prompts.check_prompt_ids(ids, image_soft, audio_soft)
-
     def generate(
         self,
         prompt: str | None = None,
@@ -369,7 +354,7 @@ class Pipeline:
         capacity = prompt_len + params.max_tokens
         if self.context_length is not None:
             capacity = min(capacity, self.context_length)
-        result, _ = self.decode(caller, ids, None, 0, capacity, params, on_token)
+        result, _ = run(self, caller, ids, None, 0, capacity, params, on_token)
         return result
 
     def check_generative(self) -> None:
@@ -383,21 +368,6 @@ class Pipeline:
                 fix="call Pipeline.forward(**inputs) on it (see the mobius-runtime README), "
                 "or build a text-generation model",
             )
-
-    def decode(
-        self,
-        caller: dict[str, Any],
-        ids: np.ndarray,
-        state: Any,
-        past: int,
-        capacity: int | None,
-        params: SamplingParams,
-        on_token: Callable[[int, str], None] | None,
-        sampler: Sampler | None = None,
-    ) -> tuple[GenerationResult, tuple[Any, int]]:
-        """Prefill ``ids`` (after ``past`` cached positions in ``state``), then decode: the
-        generation loop over a cohort of one (:func:`mobius_runtime.generation.run`)."""
-        return run(self, caller, ids, state, past, capacity, params, on_token, sampler)
 
     @property
     def batcher(self) -> Batcher:
