@@ -98,7 +98,7 @@ def bare_ort(package: Path, threads: int) -> float:
     """Seconds to create the sessions Pipeline.load creates, with the same options."""
     from mobius.package import read_package
     from mobius_runtime.device import providers_for
-    from mobius_runtime.sessions import open_session
+    from mobius_runtime.ort_sessions import open_session
 
     pkg = read_package(package)
     providers_for("cpu")  # import onnxruntime outside the timed region

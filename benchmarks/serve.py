@@ -42,6 +42,13 @@ allowed tokens consumed) filled one row after the other, as the engine does, and
 pool): ms per step, the median of 3 runs of 40 steps. The engine keeps the serial fill
 unless the parallel one is faster here.
 
+With ``--burst``, rows ``<package>/whole`` and ``/chunk`` run the engine workload with
+``--burst-len``-token prompts (256), each prompt prefilled whole and alone
+(``prefill_chunk=0``, the old engine) and with chunked, batched prefill (the default
+``--prefill-chunk``), then a line per variant with the 8-client TTFT p99 over the
+1-client TTFT p50 (goal: <= 2x) and the 8-client aggregate tok/s over 1 client's (goal:
+>= 3x). With 8 clients and 8 requests the 8 prompts arrive together.
+
 With ``--ray``, the server is ``mobius serve --ray`` (a local Ray instance, started
 anew for each ``--replicas`` count, default 1 and 2; ``--replica-cpus`` each), rows
 ``<package>/rayN``, then a line with N replicas' aggregate tok/s over 1 replica's at each
@@ -52,6 +59,7 @@ Usage: python benchmarks/serve.py [--which tiny mid] [--clients 1 4 8] [--reques
                                   [--new 64] [--runs 1] [--threads 2] [--max-batch 8]
                                   [--engine] [--constrained] [--prefix [--prefix-len 500]]
                                   [--masks TOKENIZER_JSON]
+                                  [--burst [--burst-len 256]]
                                   [--client-threads | --both-client-modes]
                                   [--ray [--replicas 1 2] [--replica-cpus 1]]
 Goal (not asserted): 8 clients >= 3x the aggregate tokens/s of one client on CPU.
@@ -258,10 +266,12 @@ def _run_threads(target: Any, n: int) -> float:
 
 def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: int,
                    threads: int, max_batch: int, constrain: str = "none",
-                   cache_mb: float = 0.0) -> dict[str, float]:  # fmt: skip
+                   cache_mb: float = 0.0, prefill_chunk: int | None = None,
+                   ) -> dict[str, float]:  # fmt: skip
     """The same workload through ``Engine`` in this process: no HTTP, no JSON, no client.
 
-    ``constrain``: ``none``, ``all`` (every request one JSON object) or ``half``.
+    ``constrain``: ``none``, ``all`` (every request one JSON object) or ``half``;
+    ``prefill_chunk``: the engine's (None: its default).
     """
     from mobius_runtime import Pipeline
     from mobius_runtime.engine import Engine
@@ -270,9 +280,11 @@ def run_engine_row(package: Path, prompts: list[list[int]], clients: int, new: i
     global _PIPELINE
     if _PIPELINE is None or _PIPELINE[0] != package:
         _PIPELINE = (package, Pipeline.load(package, device="cpu", threads=threads))
+    chunk = {} if prefill_chunk is None else {"prefill_chunk": prefill_chunk}
     engine = Engine(
-        _PIPELINE[1], max_batch=max_batch, max_queue=len(prompts), prefix_cache_mb=cache_mb
-    )
+        _PIPELINE[1], max_batch=max_batch, max_queue=len(prompts), prefix_cache_mb=cache_mb,
+        **chunk,
+    )  # fmt: skip
     constraint = None
     if constrain != "none":
         from mobius_runtime.constrained import Constraint
@@ -443,6 +455,12 @@ def main() -> None:
         "this tokenizer.json",
     )
     ap.add_argument(
+        "--burst", action="store_true",
+        help="also run engine rows with --burst-len-token prompts prefilled whole and alone "
+        "and chunked + batched (rows <package>/whole, /chunk): TTFT p99 under a burst",
+    )  # fmt: skip
+    ap.add_argument("--burst-len", type=int, default=256, help="prompt tokens with --burst")
+    ap.add_argument(
         "--client-threads",
         action="store_true",
         help="run the HTTP clients as threads of this process (the old way: they share one "
@@ -494,6 +512,8 @@ def main() -> None:
                     for _ in range(args.requests)]  # fmt: skip
             variants = [("nocache", {"cache_mb": 0.0}), ("cache", {"cache_mb": 256.0})]
             _engine_variants(which, package, asks, args, variants)
+        if args.burst:
+            _burst_rows(which, package, rng, args)
         if args.constrained:
             variants = [(label, {"constrain": mode})
                         for label, mode in (("free", "none"), ("json", "all"), ("mix", "half"))]  # fmt: skip
@@ -543,6 +563,23 @@ def _ray_rows(which: str, package: Path, prompts: list[list[int]], args: Any) ->
             ratios = ", ".join(f"{r['clients']} cl {r['tok_s'] / one['tok_s']:.2f}x"
                                for r, one in zip(rows, by_count[1], strict=True))  # fmt: skip
             print(f"{which}: {n} replicas / 1 replica (tok/s): {ratios}  load {load_average()}")
+
+
+def _burst_rows(which: str, package: Path, rng: Any, args: Any) -> None:
+    """``--burst``: long prompts prefilled whole and alone vs chunked and batched; then the
+    TTFT p99 (most clients) / TTFT p50 (1 client) and tok/s ratios of each."""
+    asks = [[2, *rng.integers(7, 500, size=args.burst_len - 1).tolist()]
+            for _ in range(args.requests)]  # fmt: skip
+    for label, chunk in (("whole", 0), ("chunk", None)):
+        row = functools.partial(
+            run_engine_row, package, asks, new=args.new, threads=args.threads,
+            max_batch=args.max_batch, prefill_chunk=chunk,
+        )  # fmt: skip
+        rows = _rows(f"{which}/{label}", args, lambda c, run=row: run(clients=c))
+        one, most = rows[0], rows[-1]
+        print(f"{which}/{label}: {most['clients']} clients' TTFT p99 / 1 client's TTFT p50 "
+              f"{most['ttft_p99'] / one['ttft_p50']:.2f}x (goal <= 2x), tok/s "
+              f"{most['tok_s'] / one['tok_s']:.2f}x (goal >= 3x)  load {load_average()}")  # fmt: skip
 
 
 def _engine_variants(which: str, package: Path, prompts: list[list[int]], args: Any,

@@ -39,7 +39,7 @@ def test_bf16_package_on_cpu_says_use_cuda_or_rebuild(tmp_path_factory):
 
 def test_computes_bf16_tells_builds_apart(tmp_path_factory):
     from mobius.package import read_package
-    from mobius_runtime.sessions import computes_bf16
+    from mobius_runtime.ort_sessions import computes_bf16
 
     for dtype, expect in (("bf16", True), ("f16", False)):
         package = read_package(_build(tmp_path_factory, dtype))

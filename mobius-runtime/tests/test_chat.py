@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from mobius_runtime import Pipeline
+from mobius_runtime.chat_session import ChatSession
 from mobius_runtime.errors import RequestError
-from mobius_runtime.session import ChatSession
 
 MEDIA = Path(__file__).resolve().parents[2] / "testdata" / "media"
 

@@ -39,7 +39,7 @@ def test_unbatchable_package_runs_one_cohort_per_request(single_pkg, host, caplo
     from mobius_runtime import Pipeline
 
     pipeline = Pipeline.load(single_pkg, device="cpu", host=host)
-    with caplog.at_level("WARNING", logger="mobius_runtime.batching"):
+    with caplog.at_level("WARNING", logger="mobius_runtime.serve"):
         engine = Engine(pipeline, max_batch=4)
     assert not engine.batcher.batches
     assert "not batched" in caplog.text and "Concat" in caplog.text

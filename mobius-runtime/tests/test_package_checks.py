@@ -57,7 +57,7 @@ def test_port_drift_past_the_package_check_is_caught_by_the_session(single_pkg):
     (a port the toy graph leaves untyped) still fails naming component and port."""
     import onnxruntime as ort
 
-    from mobius_runtime.sessions import check_ports
+    from mobius_runtime.ort_sessions import check_ports
 
     session = ort.InferenceSession(str(single_pkg / "model" / "model.onnx"))
     contract = Pipeline.load(single_pkg, device="cpu").contract.component("model")

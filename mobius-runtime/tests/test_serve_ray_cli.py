@@ -114,7 +114,7 @@ def test_write_ray_config_writes_a_serve_deploy_file_and_never_overwrites(app, s
     assert not out.exists()
     result = serve(app, str(single_pkg), "--ray", "--autoscale", "1:3", "--replica-cpus", "2",
                    "--write-ray-config", str(out), "--api-key", "secret",
-                   "--prefix-cache-mb", "16")  # fmt: skip
+                   "--prefix-cache-mb", "16", "--prefill-chunk", "64")  # fmt: skip
     assert result.exit_code == 0, result.output
     text = out.read_text()
     assert "secret" not in text  # the key stays out of the file
@@ -126,6 +126,7 @@ def test_write_ray_config_writes_a_serve_deploy_file_and_never_overwrites(app, s
                                "replicas": None}]  # fmt: skip
     assert args["autoscale"] == [1, 3] and args["replica_cpus"] == 2
     assert args["prefix_cache_mb"] == 16  # each replica keeps its own prefix cache
+    assert args["prefill_chunk"] == 64  # and prefills as the single-process server would
     built = ray_app.build(args)  # what `serve deploy` calls on the cluster
     assert type(built).__name__ == "Application"
     again = serve(app, str(single_pkg), "--ray", "--write-ray-config", str(out))

@@ -19,16 +19,26 @@ from typing import TYPE_CHECKING, Any
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 __version__ = "0.1.1.dev0"
-__all__ = ["FinishReason", "GenerationResult", "Pipeline", "SamplingParams", "__version__"]
+__all__ = [
+    "ChatSession",
+    "FinishReason",
+    "GenerationResult",
+    "Pipeline",
+    "SamplingParams",
+    "__version__",
+]
 
 if TYPE_CHECKING:
+    from mobius_runtime.chat_session import ChatSession
     from mobius_runtime.decoding import FinishReason
-    from mobius_runtime.pipeline import GenerationResult, Pipeline
+    from mobius_runtime.generation import GenerationResult
+    from mobius_runtime.pipeline import Pipeline
     from mobius_runtime.sampling import SamplingParams
 
 _LAZY = {
+    "ChatSession": "chat_session",
     "Pipeline": "pipeline",
-    "GenerationResult": "pipeline",
+    "GenerationResult": "generation",
     "SamplingParams": "sampling",
     "FinishReason": "decoding",
 }

@@ -3,8 +3,11 @@
 A *cohort* is a set of requests whose KV state lives in one batched tensor per state
 port (``[B, kvh, L, hd]``, BNSH like every cache the runtime feeds, see
 :mod:`mobius_runtime.kvshare`): one decode step of the cohort runs every component once
-for all its rows. Requests are prefilled alone (batch 1) and then *merged* into the
-running cohort between steps; finished or cancelled rows are *dropped* between steps.
+for all its rows. A prompt is prefilled alone (batch 1, in one step or chunk by chunk:
+:meth:`Batcher.start` / :meth:`Batcher.advance`), or with other waiting text prompts in
+one padded step (:meth:`Batcher.prefill_many`, padded as the decode layout pads rows, so
+the result is a cohort), and then *merged* into the running cohort between steps;
+finished or cancelled rows are *dropped* between steps.
 Rows have different past lengths, so each row's valid cache positions are padded, and
 the runtime feeds per-row ``attention_mask`` / ``position_ids`` (1 = real token, 0 =
 padding; positions = the row's own past length) instead of the single-request ones.
@@ -29,63 +32,42 @@ reads each past state port:
 
 Masked positions get exactly zero attention weight, so a row's tokens do not depend
 on the other rows; ``tests/test_batching.py`` checks that every request's batched ids
-equal its ``Pipeline.generate`` ids on both layouts. Merges and drops copy the caches
+equal its ``Pipeline.generate`` ids on both layouts, and that chunked and batched
+prefills give the one-step prefill's logits and ids. The layout (share plan, padding
+side) is read from each graph once (:func:`mobius_runtime.kvshare.kv_layout`, kept by
+``Pipeline.kv_layout``), for the executor and the batcher alike. Merges and drops copy the caches
 through host memory (once per join or leave, never per step).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from mobius_runtime.feeds import last_position, to_numpy, to_ortvalue
-from mobius_runtime.kvshare import GQA_OP, SEQ_AXIS
+from mobius_runtime.kvshare import LEFT, RIGHT, SEQ_AXIS
 from mobius_runtime.prefix_cache import Hit
 
-log = logging.getLogger("mobius_runtime.batching")
 
-LEFT, RIGHT = "left", "right"
-_ATTENTION_OP = ("", "Attention")
-_PAST_SLOTS = {GQA_OP: ((3, 4), RIGHT), _ATTENTION_OP: ((4, 5), LEFT)}
+@dataclass(eq=False)
+class Prefill:
+    """A prompt being prefilled alone, chunk by chunk (:meth:`Batcher.advance`): its ids
+    ``[1, S]``, media inputs (fed with the first chunk), capacity, and the KV state of its
+    first ``past`` ids."""
 
+    ids: np.ndarray
+    media: dict[str, Any]
+    capacity: int
+    state: dict[str, Any] | None
+    past: int
 
-def padding_side(component: str, path: Path, states: Mapping[str, str]) -> tuple[str | None, str]:
-    """(``"left"`` | ``"right"`` | None, why) for the state ports of ``component``."""
-    import onnx
-
-    prefix = f"{component}."
-    ports = [key[len(prefix) :] for key in states if key.startswith(prefix)]
-    if any(not states[prefix + port].startswith(prefix) for port in ports):
-        return None, "a state edge crosses components"
-    try:
-        graph = onnx.load(str(path), load_external_data=False).graph
-    except Exception as exc:  # unreadable graph: the session load reports it properly
-        return None, f"cannot read the graph ({exc})"
-    inputs = {v.name: v for v in graph.input}
-    readers: dict[str, list[tuple[tuple[str, str], int]]] = {}
-    for node in graph.node:
-        for i, name in enumerate(node.input):
-            readers.setdefault(name, []).append(((node.domain, node.op_type), i))
-    sides = set()
-    for port in ports:
-        if port not in inputs or len(inputs[port].type.tensor_type.shape.dim) != 4:
-            return None, f"state {port} is not a rank-4 graph input"
-        for op, slot in readers.get(port, []):
-            slots, side = _PAST_SLOTS.get(op, ((), None))
-            if slot not in slots:
-                return None, f"state {port} is read by {op[1]} (input {slot})"
-            sides.add(side)
-    if len(sides) != 1:
-        return None, "its states are read by both Attention and GroupQueryAttention"
-    side = sides.pop()
-    return side, "every past is read by " + (
-        "GroupQueryAttention" if side == RIGHT else "Attention"
-    )
+    @property
+    def left(self) -> int:
+        """Prompt ids not prefilled yet."""
+        return int(self.ids.shape[1]) - self.past
 
 
 @dataclass
@@ -100,6 +82,10 @@ class Cohort:
     pasts: list[int]
     needs: list[int]
     shared: bool = False
+    # a one-row cohort's IO bindings, kept from step to step (executor.Steps), and the
+    # [1, 1] ids array they read in place; a merged or trimmed cohort starts fresh ones
+    steps: Any = field(default=None, repr=False, compare=False)
+    step_ids: Any = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -118,14 +104,22 @@ class Batcher:
         self.pipeline = pipeline
         self.executor = pipeline.executor
         self.plan = pipeline.plan
-        self.side, reason = self._layout()
-        if self.side is None:
-            log.warning("requests are decoded one by one, not batched: %s", reason)
-        else:
-            log.info("batched decode with %s padding (%s)", self.side, reason)
+        self.side, self.reason = self._layout()
         self._shared = {
             key for key in self.plan.states if pipeline.kv_sharing.get(key.split(".", 1)[0])
         }
+        shape = None
+        if self.plan.logits is not None:
+            comp, port = self.plan.logits.split(".", 1)
+            outputs = self.executor.session_of(comp).get_outputs()
+            shape = next((o.shape for o in outputs if o.name == port), None)
+        self._last_only = bool(shape) and len(shape) > 1 and shape[1] == 1
+        """The graph gives the last position's logits only (``mobius build --logits last``)."""
+
+    @property
+    def shares(self) -> bool:
+        """True when the KV state (some of it) lives in shared, capacity-long buffers."""
+        return bool(self._shared)
 
     @property
     def batches(self) -> bool:
@@ -144,7 +138,8 @@ class Batcher:
                 if rank != 2:
                     return None, f"{key} has rank {rank} (one position row for the whole batch)"
         for comp in sorted({key.split(".", 1)[0] for key in self.plan.states}):
-            side, reason = padding_side(comp, self.pipeline._paths[comp], self.plan.states)
+            layout = self.pipeline.kv_layout(comp)
+            side, reason = layout.side, layout.side_reason
             if side is None:
                 return None, f"{comp}: {reason}"
             sides.add(side)
@@ -157,15 +152,13 @@ class Batcher:
 
     # ------------------------------------------------------------------ steps
 
-    def prefill(
-        self, caller: Mapping[str, Any], capacity: int, hit: Hit | None = None
-    ) -> tuple[np.ndarray, Cohort]:
-        """Run a request's prompt alone; returns its last logits row and its cohort of one.
+    def start(self, caller: Mapping[str, Any], capacity: int, hit: Hit | None = None) -> Prefill:
+        """A request's prompt, ready to be prefilled alone by :meth:`advance`.
 
         ``hit``: kept KV rows of the prompt's first ``hit.length`` ids
         (:mod:`mobius_runtime.prefix_cache`); only the rest of the prompt is prefilled.
         """
-        prompt = int(np.shape(caller["input_ids"])[1])
+        ids = np.asarray(caller["input_ids"])
         state, past = None, 0
         if hit is not None:
             state, past = {}, hit.length
@@ -173,17 +166,84 @@ class Batcher:
                 if key in self._shared:  # in-place buffers are capacity long
                     array = _pad(array, capacity, RIGHT)
                 state[key] = to_ortvalue(np.ascontiguousarray(array), kind, self.executor.device)
-            caller = {**caller, "input_ids": np.asarray(caller["input_ids"])[:, past:]}
-        values = self.executor.step(caller, state, past, capacity)
-        logits = last_position(values[self.plan.logits])[0]
-        state = self.executor.next_state(values)
-        return logits, Cohort(state, [prompt], [capacity], bool(self._shared))
+        media = {k: v for k, v in caller.items() if k != "input_ids"}
+        return Prefill(ids, media, capacity, state, past)
 
-    def rows(self, cohort: Cohort, length: int) -> dict[str, tuple[np.ndarray, str]]:
-        """A copy of a one-row cohort's first ``length`` positions, as a prefix cache keeps them."""
+    def advance(self, job: Prefill, chunk: int | None = None) -> tuple[np.ndarray, Cohort] | None:
+        """Prefill the next ``chunk`` ids of ``job`` (None: all the rest); once its whole
+        prompt is in, its last logits row and its cohort of one (else None).
+
+        A prompt with media is prefilled in one step whatever ``chunk`` (its encoders'
+        features fill every placeholder of the prompt at once). Chunks give the logits a
+        one-step prefill gives: each chunk's queries attend the cached positions and their
+        own, which is what the causal mask lets the one step's queries attend.
+        """
+        prompt = job.ids.shape[1]
+        end = prompt if chunk is None or job.media else min(prompt, job.past + chunk)
+        caller = {**job.media, "input_ids": job.ids[:, job.past : end]}
+        values = self.executor.step(caller, job.state, job.past, job.capacity)
+        job.media, job.state, job.past = {}, self.executor.next_state(values), end
+        if end < prompt:
+            return None
+        logits = last_position(values[self.plan.logits])[0]
+        return logits, Cohort(job.state, [prompt], [job.capacity], self.shares)
+
+    def prefill(
+        self, caller: Mapping[str, Any], capacity: int, hit: Hit | None = None
+    ) -> tuple[np.ndarray, Cohort]:
+        """Run a request's prompt alone in one step; its last logits row and cohort of one."""
+        done = self.advance(self.start(caller, capacity, hit))
+        assert done is not None  # a whole prompt was fed
+        return done
+
+    def prefill_many(
+        self, prompts: Sequence[Sequence[int]], capacities: Sequence[int]
+    ) -> tuple[np.ndarray, Cohort]:
+        """Several text prompts in one step, padded as the layout pads a cohort; returns
+        each prompt's last logits row ``[B, V]`` and their cohort (only when :attr:`batches`).
+
+        Left padding (ONNX Attention) ends every prompt at the last column; right padding
+        (GroupQueryAttention, which takes each row's length from the mask) starts them at
+        the first, so rows of different lengths need every position's logits (a
+        ``--logits last`` build batches prompts of one length only: :meth:`can_batch`).
+        """
+        if self.side is None:
+            raise ValueError("this package's requests cannot be batched (see the load log)")
+        lengths = [len(p) for p in prompts]
+        rows, longest = len(prompts), max(lengths)
+        ids = np.zeros((rows, longest), dtype=np.int64)
+        mask = np.zeros((rows, longest), dtype=np.int64)
+        positions = np.zeros((rows, longest), dtype=np.int64)
+        for b, prompt in enumerate(prompts):
+            start = longest - lengths[b] if self.side == LEFT else 0
+            ids[b, start : start + lengths[b]] = prompt
+            mask[b, start : start + lengths[b]] = 1
+            positions[b, start : start + lengths[b]] = np.arange(lengths[b])
+        generated = {"attention_mask": mask, "position_ids": positions}
+        values = self.executor.step({"input_ids": ids}, None, 0, max(capacities), generated)
+        logits = to_numpy(values[self.plan.logits])
+        if self.side == LEFT or logits.shape[1] == 1:
+            last = logits[:, -1]
+        else:
+            last = logits[np.arange(rows), np.asarray(lengths) - 1]
+        state = self.executor.next_state(values)
+        return last, Cohort(state, lengths, list(capacities), self.shares)
+
+    def can_batch(self, lengths: Sequence[int]) -> bool:
+        """True when prompts of these lengths can be prefilled together (:meth:`prefill_many`)."""
+        if self.side is None:
+            return False
+        return self.side == LEFT or not self._last_only or len(set(lengths)) == 1
+
+    def rows(self, cohort: Cohort, length: int, row: int = 0) -> dict[str, tuple[np.ndarray, str]]:
+        """A copy of cohort ``row``'s first ``length`` positions, as a prefix cache keeps them."""
         out = {}
         for key, value in cohort.values.items():
-            array = np.take(to_numpy(value), np.arange(length), axis=SEQ_AXIS)
+            array = to_numpy(value)[row : row + 1]
+            start = 0
+            if self.side == LEFT and key not in self._shared:  # the row ends at the last column
+                start = array.shape[SEQ_AXIS] - cohort.pasts[row]
+            array = np.take(array, np.arange(start, start + length), axis=SEQ_AXIS)
             out[key] = (array, value.data_type())
         return out
 
@@ -191,6 +251,17 @@ class Batcher:
         """One step of every row (``tokens[b]`` is row b's new id); returns logits [B, V]."""
         rows = cohort.size
         ids = np.asarray(tokens, dtype=np.int64).reshape(rows, 1)
+        if rows == 1 and self._unpadded(cohort):  # the runtime's own mask and positions
+            if cohort.steps is None or cohort.steps.capacity != cohort.capacity:
+                cohort.steps = self.executor.steps(cohort.capacity)
+                cohort.step_ids = np.zeros((1, 1), dtype=np.int64)
+            cohort.step_ids[0, 0] = ids[0, 0]
+            values = cohort.steps.step(
+                {"input_ids": cohort.step_ids}, cohort.values, cohort.pasts[0]
+            )
+            cohort.values = self.executor.next_state(values)
+            cohort.pasts = [cohort.pasts[0] + 1]
+            return last_position(values[self.plan.logits])
         pasts = np.asarray(cohort.pasts, dtype=np.int64)
         if self.side == LEFT:
             length = self._concat_length(cohort)
@@ -253,6 +324,15 @@ class Batcher:
                 np.ascontiguousarray(array), value.data_type(), self.executor.device
             )
         return self._trim(kept)
+
+    def _unpadded(self, cohort: Cohort) -> bool:
+        """True when a one-row cohort's concat buffers hold exactly its past (no padding):
+        then its step takes the runtime's own mask and positions, as a request alone."""
+        return all(
+            int(v.shape()[SEQ_AXIS]) == cohort.pasts[0]
+            for k, v in cohort.values.items()
+            if k not in self._shared
+        )
 
     def _concat_length(self, cohort: Cohort) -> int:
         lengths = {

@@ -47,7 +47,7 @@ PART_TYPES = ("text", "image", "audio")
 def user_message(
     text: str, images: Sequence[Any] = (), audio: Sequence[Any] = ()
 ) -> dict[str, Any]:
-    """One user turn as the CLI and :class:`~mobius_runtime.session.ChatSession` send it:
+    """One user turn as the CLI and :class:`~mobius_runtime.chat_session.ChatSession` send it:
     the media as parts before the text, or, with no media, the text as a plain string
     (many real templates, SmolLM2's and Llama 2's among them, concatenate
     ``message['content']`` as a string)."""

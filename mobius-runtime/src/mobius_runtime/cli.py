@@ -260,7 +260,7 @@ def chat(
     tokens. --image / --audio attach to the first message. /image FILE and
     /audio FILE attach media to the next message, /reset starts over, Ctrl-D ends.
     """
-    from mobius_runtime.session import ChatSession
+    from mobius_runtime.chat_session import ChatSession
 
     debug = is_debug(ctx, debug)
     try:

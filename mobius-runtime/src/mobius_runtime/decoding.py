@@ -1,7 +1,7 @@
 """One request's token loop, written once: pick the next token, stream its text, say when
 it ends.
 
-:meth:`Pipeline.decode <mobius_runtime.pipeline.Pipeline.decode>` runs one
+:func:`mobius_runtime.generation.run` (``Pipeline.generate``, ``ChatSession``) runs one
 :class:`Decoding` (a cohort of one); the serving :class:`~mobius_runtime.engine.Engine`
 runs one per row of its batched step. Both therefore pick with the same
 :class:`~mobius_runtime.sampling.Sampler`, stop on the same ids, strings and lengths,

@@ -4,10 +4,15 @@ Requests are queued by :meth:`Engine.submit` (any thread); the engine thread loo
 
 1. drop the rows of cancelled requests (a client that went away frees its slot here,
    at the next step);
-2. admit queued requests while fewer than ``max_batch`` are active: each is prefilled
-   alone (its media encoders run here), picks its first token and joins the running
-   cohort (:mod:`mobius_runtime.batching`);
-3. one batched decode step for all active rows; each row picks its next token with
+2. admit queued requests while fewer than ``max_batch`` hold a slot (decoding or being
+   prefilled);
+3. one prefill step of at most ``prefill_chunk`` prompt ids: the next chunk of the
+   first admitted prompt (a long prompt takes several turns), or several short waiting
+   text prompts together in one padded step; a prompt with media is prefilled whole
+   (its encoders run here). A prompt whose prefill is complete picks its first token
+   and joins the running cohort (:mod:`mobius_runtime.batching`). New prompts thus
+   delay the running rows by one chunk a step, never by whole prompts;
+4. one batched decode step for all active rows; each row picks its next token with
    its own sampler and seed, streams its new text, and leaves when it stops (per row:
    :class:`~mobius_runtime.decoding.Decoding`, the logic ``Pipeline.generate`` runs).
 
@@ -38,11 +43,12 @@ from typing import Any
 
 import numpy as np
 
-from mobius_runtime.batching import Batcher, Cohort
+from mobius_runtime.batching import Batcher, Cohort, Prefill
 from mobius_runtime.decoding import Decoding, FinishReason, TokenLogprob
 from mobius_runtime.errors import RequestError
 from mobius_runtime.kvshare import SEQ_AXIS
-from mobius_runtime.prefix_cache import PrefixCache
+from mobius_runtime.limits import PREFILL_CHUNK
+from mobius_runtime.prefix_cache import Hit, PrefixCache
 from mobius_runtime.sampling import SamplingParams
 
 log = logging.getLogger("mobius_runtime.serve")
@@ -84,6 +90,8 @@ class Request:
     first: float | None = None
     group: list[Request] = field(default_factory=list)  # rows sharing this one's prefill
     cached_tokens: int = 0  # prompt ids whose KV rows came from the prefix cache
+    hit: Hit | None = None  # the prefix cache's kept rows for its prompt (looked up on admission)
+    job: Prefill | None = None  # its prompt, while prefilled chunk by chunk
 
     @property
     def sampling(self) -> SamplingParams:
@@ -98,17 +106,30 @@ class Engine:
     """Runs the requests of one :class:`~mobius_runtime.pipeline.Pipeline` in batched steps."""
 
     def __init__(
-        self, pipeline: Any, max_batch: int = 8, max_queue: int = 64, prefix_cache_mb: float = 0.0
+        self,
+        pipeline: Any,
+        max_batch: int = 8,
+        max_queue: int = 64,
+        prefix_cache_mb: float = 0.0,
+        prefill_chunk: int = PREFILL_CHUNK,
     ) -> None:
-        if max_batch < 1 or max_queue < 0 or prefix_cache_mb < 0:
-            raise ValueError("max_batch must be >= 1, max_queue and prefix_cache_mb >= 0")
+        if max_batch < 1 or max_queue < 0 or prefix_cache_mb < 0 or prefill_chunk < 0:
+            raise ValueError(
+                "max_batch must be >= 1, max_queue, prefix_cache_mb and prefill_chunk >= 0"
+            )
         self.pipeline = pipeline
-        self.batcher = Batcher(pipeline)
+        self.batcher: Batcher = pipeline.batcher
+        if self.batcher.side is None:
+            log.warning("requests are decoded one by one, not batched: %s", self.batcher.reason)
+        else:
+            log.info("batched decode with %s padding (%s)", self.batcher.side, self.batcher.reason)
         self.max_batch = max_batch
         self.max_queue = max_queue
+        self.prefill_chunk = prefill_chunk  # prompt ids between two decode steps (0: no limit)
         self.stops = set(pipeline.text.processors.stop_token_ids)
         self.context = pipeline.context_length
         self._waiting: collections.deque[Request] = collections.deque()
+        self._prefilling: list[Request] = []  # admitted (slots taken), prompts not all in yet
         self._cohorts: list[tuple[Cohort, list[Request]]] = []
         self._cond = threading.Condition()
         self._stopping = False
@@ -117,6 +138,7 @@ class Engine:
         self.steps = 0  # decode steps run (all cohorts of one loop count once)
         self.peak_batch = 0  # the most requests one decode step has served
         self.prefills = 0  # prompts prefilled (a group of n choices counts once)
+        self.prefill_steps = 0  # prefill steps run (a chunk, or several prompts together)
         # KV rows of recent text prompts (None: off); see mobius_runtime.prefix_cache
         budget = int(prefix_cache_mb * 1024 * 1024)
         self.cache = PrefixCache(budget, SEQ_AXIS) if budget else None
@@ -190,7 +212,9 @@ class Engine:
 
     @property
     def active(self) -> int:
-        return sum(len(rows) for _, rows in self._cohorts)
+        """Requests holding a batch slot: decoding, or admitted and being prefilled."""
+        decoding = sum(len(rows) for _, rows in self._cohorts)
+        return decoding + sum(1 + len(r.group) for r in self._prefilling)
 
     @property
     def queued(self) -> int:
@@ -214,7 +238,12 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._stopping and not self._waiting and not self._cohorts:
+                while (
+                    not self._stopping
+                    and not self._waiting
+                    and not self._prefilling
+                    and not self._cohorts
+                ):
                     self._cond.wait()
                 if self._stopping:
                     break
@@ -222,36 +251,35 @@ class Engine:
                 self._iterate()
             except Exception as exc:  # a bug or a device failure: fail every request
                 log.exception("engine step failed")
-                for _, rows in self._cohorts:
-                    for request in rows:
-                        try:
-                            request.sink("error", exc)
-                        except Exception:  # a sink that fails must not stop the others
-                            log.exception("%s: its sink failed", request.id)
-                self._cohorts = []
+                prefilling = [m for r in self._prefilling for m in (r, *r.group)]
+                for request in prefilling + [r for _, rows in self._cohorts for r in rows]:
+                    try:
+                        request.sink("error", exc)
+                    except Exception:  # a sink that fails must not stop the others
+                        log.exception("%s: its sink failed", request.id)
+                self._cohorts, self._prefilling = [], []
         with self._cond:
-            waiting = [m for r in self._waiting for m in (r, *r.group)]
+            waiting = [m for r in (*self._waiting, *self._prefilling) for m in (r, *r.group)]
             left = waiting + [r for _, rows in self._cohorts for r in rows]
             self._waiting.clear()
-        self._cohorts = []
+        self._cohorts, self._prefilling = [], []
         for request in left:
             self._finish(request, FinishReason.CANCELLED)
 
     def _iterate(self) -> None:
+        """One turn of the loop: leaves, admissions, one prefill step, one decode step.
+
+        At most ``prefill_chunk`` prompt ids are prefilled between two decode steps, so
+        a long prompt (or many) delays the running rows by one chunk's time a step, not
+        by whole prompts: a prompt longer than that is prefilled a chunk per turn, and
+        several short waiting prompts are prefilled together in one batched step.
+        """
         self._drop(lambda r: r.cancelled, FinishReason.CANCELLED)
-        while self.active < self.max_batch:
-            with self._cond:
-                if not self._waiting:
-                    break
-                request = self._waiting.popleft()
-            if request.cancelled:  # its group was asked for together: it goes together
-                for member in (request, *request.group):
-                    self._finish(member, FinishReason.CANCELLED)
-                continue
-            self._admit(request)
+        self._admit()
+        self._prefill()
         if not self._cohorts:
             return
-        self.peak_batch = max(self.peak_batch, self.active)
+        self.peak_batch = max(self.peak_batch, sum(len(rows) for _, rows in self._cohorts))
         for cohort, rows in self._cohorts:
             logits = self.batcher.decode(cohort, [r.ids[-1] for r in rows])
             # one reduction per step instead of one per row: finite rows skip the per-row
@@ -268,46 +296,139 @@ class Engine:
         self.steps += 1
         self._drop(lambda r: r.first is None, None)
 
-    def _admit(self, request: Request) -> None:
-        """Prefill ``request`` (once for its group), pick each member's first token, and
-        join the members still running to the cohort (the prompt's KV rows copied)."""
+    def _admit(self) -> None:
+        """Take queued requests while batch slots are free (their prefill comes later)."""
+        while self.active < self.max_batch:
+            with self._cond:
+                if not self._waiting:
+                    break
+                request = self._waiting.popleft()
+            if request.cancelled:  # its group was asked for together: it goes together
+                for member in (request, *request.group):
+                    self._finish(member, FinishReason.CANCELLED)
+                continue
+            # only text prompts use the cache: media soft tokens carry features ids do not name
+            if self.cache is not None and set(request.caller) == {"input_ids"}:
+                try:
+                    request.hit = self.cache.lookup(self._prompt(request))
+                except Exception as exc:
+                    self._fail_group(request, exc)
+                    continue
+            self._prefilling.append(request)
+
+    def _prefill(self) -> None:
+        """One prefill step: the next chunk of the first admitted prompt, or several whole
+        fresh text prompts together (where the layout batches them)."""
+        while self._prefilling and self._prefilling[0].cancelled:
+            request = self._prefilling.pop(0)
+            for member in (request, *request.group):
+                self._finish(member, FinishReason.CANCELLED)
+        if not self._prefilling:
+            return
+        head = self._prefilling[0]
+        together = self._together() if head.job is None else [head]
+        try:
+            if len(together) > 1:
+                capacities = [self._capacity(r) for r in together]
+                logits, cohort = self.batcher.prefill_many(
+                    [self._prompt(r) for r in together], capacities
+                )
+            else:
+                if head.job is None:
+                    head.job = self.batcher.start(head.caller, self._capacity(head), head.hit)
+                done = self.batcher.advance(head.job, self.prefill_chunk or None)
+                self.prefill_steps += 1
+                if done is None:
+                    return
+                logits, cohort = done[0][None, :], done[1]
+        except Exception as exc:
+            for request in together:
+                self._prefilling.remove(request)
+                self._fail_group(request, exc)
+            return
+        if len(together) > 1:
+            self.prefill_steps += 1
+        del self._prefilling[: len(together)]
+        self.prefills += len(together)
+        if self.cache is not None:
+            for b, request in enumerate(together):
+                if set(request.caller) == {"input_ids"}:
+                    ids = self._prompt(request)
+                    self.cache.add(ids, self.batcher.rows(cohort, len(ids), b))
+        members = []
+        for b, request in enumerate(together):
+            cached = request.hit.length if request.hit is not None else 0
+            request.job = request.hit = None  # their KV rows are in the cohort now
+            for member in (request, *request.group):
+                member.cached_tokens = cached
+                members.append((member, b))
+        self._join(cohort, logits, members)
+
+    def _together(self) -> list[Request]:
+        """The first admitted prompts that one batched step prefills whole (at least the
+        first one): fresh text prompts without cache hits or ``n`` groups, whose padded
+        ids fit ``prefill_chunk``."""
+        first = self._prefilling[0]
+        if not self.prefill_chunk or not self._plain(first):
+            return [first]
+        picked, lengths = [first], [first.prompt_tokens]
+        for request in self._prefilling[1:]:
+            if not self._plain(request):
+                break
+            lengths.append(request.prompt_tokens)
+            if len(lengths) * max(lengths) > self.prefill_chunk or not self.batcher.can_batch(
+                lengths
+            ):
+                break
+            picked.append(request)
+        return picked
+
+    def _plain(self, request: Request) -> bool:
+        return (
+            request.job is None
+            and request.hit is None
+            and not request.group
+            and not request.cancelled
+            and set(request.caller) == {"input_ids"}
+            and self.batcher.batches
+        )
+
+    def _capacity(self, request: Request) -> int:
+        """Positions ``request`` (its whole group) may hold: prompt + the largest max_tokens."""
         members = [request, *request.group]
         capacity = request.prompt_tokens + max(r.sampling.max_tokens for r in members)
-        if self.context is not None:
-            capacity = min(capacity, self.context)
-        self.prefills += 1
-        # only text prompts use the cache: media soft tokens carry features ids do not name
-        cache = self.cache if set(request.caller) == {"input_ids"} else None
-        ids = np.asarray(request.caller["input_ids"])[0].tolist()
-        try:
-            hit = cache.lookup(ids) if cache is not None else None
-            logits, cohort = self.batcher.prefill(request.caller, capacity, hit)
-            if cache is not None:
-                cache.add(ids, self.batcher.rows(cohort, len(ids)))
-        except Exception as exc:
-            for member in members:
-                self._fail(member, exc)
-            return
-        for member in members:
-            member.cached_tokens = hit.length if hit is not None else 0
+        return capacity if self.context is None else min(capacity, self.context)
+
+    @staticmethod
+    def _prompt(request: Request) -> list[int]:
+        return np.asarray(request.caller["input_ids"])[0].tolist()
+
+    def _fail_group(self, request: Request, exc: Exception) -> None:
+        for member in (request, *request.group):
+            self._fail(member, exc)
+
+    def _join(self, cohort: Cohort, logits: np.ndarray, members: list[tuple[Request, int]]) -> None:
+        """Pick each prefilled member's first token from its row's ``logits`` and join the
+        members still running to the decoding cohort (row ``b`` of ``cohort`` is theirs;
+        members of one ``n`` group share a row, copied)."""
         first = time.perf_counter()
-        for member in members:
+        for member, b in members:
             member.caller = {}  # media arrays are no longer needed
             member.first = first
             try:
-                self._take(member, logits, request.prompt_tokens)
+                self._take(member, logits[b], cohort.pasts[b])
             except Exception as exc:
                 self._fail(member, exc)
-        running = [m for m in members if m.first is not None]  # not finished on token one
+        running = [(m, b) for m, b in members if m.first is not None]  # not finished yet
         if not running:
             return
-        if len(members) > 1:
-            cohort = self.batcher.keep(cohort, [0] * len(running))
+        kept = self.batcher.keep(cohort, [b for _, b in running])
+        rows = [m for m, _ in running]
         if self.batcher.batches and self._cohorts:
-            main, rows = self._cohorts[0]
-            self._cohorts[0] = (self.batcher.merge(main, cohort), [*rows, *running])
+            main, joined = self._cohorts[0]
+            self._cohorts[0] = (self.batcher.merge(main, kept), [*joined, *rows])
         else:
-            self._cohorts.append((cohort, running))
+            self._cohorts.append((kept, rows))
 
     def _take(
         self,

@@ -1,4 +1,6 @@
-"""Deciding whether a component's KV state can live in preallocated, shared buffers.
+"""A component's KV-state layout, read from its graph once: can the state live in
+preallocated, shared buffers (:class:`SharePlan`), and on which side are a batch's rows
+padded (:class:`KVLayout`, used by :mod:`mobius_runtime.batching`).
 
 ONNX ``Attention`` (and GroupQueryAttention fed a past of exactly the valid length)
 returns ``present = concat(past, new)``: every decode step copies the whole cache,
@@ -30,6 +32,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("mobius_runtime.kvshare")
 
@@ -52,8 +55,73 @@ class SharePlan:
         return {present: past for past, present in self.pairs.items()}
 
 
-def share_plan(component: str, path: Path, states: Mapping[str, str]) -> SharePlan | None:
-    """The :class:`SharePlan` of ``component`` (graph at ``path``), or None with a debug log.
+LEFT, RIGHT = "left", "right"
+_ATTENTION_OP = ("", "Attention")
+_PAST_SLOTS = {GQA_OP: ((_PAST_KEY, _PAST_VALUE), RIGHT), _ATTENTION_OP: ((4, 5), LEFT)}
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """How one stateful component's KV state may be laid out, read from its graph once.
+
+    ``share``: its buffer-sharing plan (None: the concat path); ``side``: where a batch's
+    rows are padded (``"left"`` / ``"right"``, see :mod:`mobius_runtime.batching`; None:
+    its requests cannot share a batched step), ``side_reason`` says why.
+    """
+
+    component: str
+    share: SharePlan | None
+    side: str | None
+    side_reason: str
+
+
+def kv_layout(component: str, path: Path, states: Mapping[str, str]) -> KVLayout:
+    """The :class:`KVLayout` of ``component`` (graph at ``path``, read once, no weights).
+
+    ``states`` is the plan's consumer key -> producer key map (``comp.port``).
+    """
+    import onnx
+
+    try:
+        graph: Any = onnx.load(str(path), load_external_data=False).graph
+    except Exception as exc:  # unreadable graph: the session load reports it properly
+        graph = f"cannot read the graph ({exc})"
+    side, why = _padding_side(component, graph, states)
+    return KVLayout(component, _share_plan(component, graph, states), side, why)
+
+
+def _padding_side(component: str, graph: Any, states: Mapping[str, str]) -> tuple[str | None, str]:
+    """(``"left"`` | ``"right"`` | None, why) for the state ports of ``component``."""
+    prefix = f"{component}."
+    ports = [key[len(prefix) :] for key in states if key.startswith(prefix)]
+    if any(not states[prefix + port].startswith(prefix) for port in ports):
+        return None, "a state edge crosses components"
+    if isinstance(graph, str):
+        return None, graph
+    inputs = {v.name: v for v in graph.input}
+    readers: dict[str, list[tuple[tuple[str, str], int]]] = {}
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            readers.setdefault(name, []).append(((node.domain, node.op_type), i))
+    sides = set()
+    for port in ports:
+        if port not in inputs or len(inputs[port].type.tensor_type.shape.dim) != 4:
+            return None, f"state {port} is not a rank-4 graph input"
+        for op, slot in readers.get(port, []):
+            slots, side = _PAST_SLOTS.get(op, ((), None))
+            if slot not in slots:
+                return None, f"state {port} is read by {op[1]} (input {slot})"
+            sides.add(side)
+    if len(sides) != 1:
+        return None, "its states are read by both Attention and GroupQueryAttention"
+    side = sides.pop()
+    return side, "every past is read by " + (
+        "GroupQueryAttention" if side == RIGHT else "Attention"
+    )
+
+
+def _share_plan(component: str, graph: Any, states: Mapping[str, str]) -> SharePlan | None:
+    """The :class:`SharePlan` of ``component``, or None with a debug log.
 
     ``states`` is the plan's consumer key -> producer key map (``comp.port``); only
     the edges whose both ends are in ``component`` are considered. A component
@@ -70,7 +138,7 @@ def share_plan(component: str, path: Path, states: Mapping[str, str]) -> SharePl
     if any(not states[prefix + past].startswith(prefix) for past in pairs):
         log.debug("%s: a state edge crosses components; KV buffers are not shared", component)
         return None
-    reason = _why_not(path, pairs)
+    reason = graph if isinstance(graph, str) else _why_not(graph, pairs)
     if reason is not None:
         log.debug(
             "%s: KV buffer sharing off, concat path (O(cache) copy per step): %s",
@@ -84,16 +152,10 @@ def share_plan(component: str, path: Path, states: Mapping[str, str]) -> SharePl
     return SharePlan(component, dict(pairs))
 
 
-def _why_not(path: Path, pairs: Mapping[str, str]) -> str | None:
+def _why_not(graph: Any, pairs: Mapping[str, str]) -> str | None:
     """None when every (past, present) pair is one GQA node's in-place cache; else why not."""
-    import onnx
-
-    try:
-        graph = onnx.load(str(path), load_external_data=False).graph
-    except Exception as exc:  # unreadable graph: the session load reports it properly
-        return f"cannot read the graph ({exc})"
     producer = {out: (node, i) for node in graph.node for i, out in enumerate(node.output)}
-    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    readers: dict[str, list[tuple[Any, int]]] = {}
     for node in graph.node:
         for i, name in enumerate(node.input):
             readers.setdefault(name, []).append((node, i))

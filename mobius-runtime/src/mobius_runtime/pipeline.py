@@ -15,61 +15,25 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mobius_runtime.decoding import Decoding, FinishReason, TokenLogprob
+from mobius_runtime.batching import Batcher
 from mobius_runtime.errors import RequestError
 from mobius_runtime.executor import Executor
-from mobius_runtime.feeds import last_position, to_numpy
+from mobius_runtime.feeds import to_numpy
+from mobius_runtime.generation import GenerationResult, run
+from mobius_runtime.kvshare import KVLayout, SharePlan, kv_layout
 from mobius_runtime.plan import Plan, compile_plan
-from mobius_runtime.requests import check_ids, vocab_size
-from mobius_runtime.sampling import Sampler, SamplingParams
-from mobius_runtime.text import TOKENIZER_FILE, TextSide, as_ids, context_length
+from mobius_runtime.prompts import Prompts
+from mobius_runtime.sampling import SamplingParams
+from mobius_runtime.text import TextSide, context_length
 
 log = logging.getLogger("mobius_runtime")
-
-NORMALIZE_SLACK = 3  # how many times Unicode normalization can shrink text's UTF-8 bytes
-PREFIX_CHARS = 8  # a long prompt's prefix tokenized first: this many characters a position
-PREFIX_SLACK = 16  # tokens a prefix may have more than the same span in the whole text
-
-
-@dataclass
-class GenerationResult:
-    """What ``generate()`` returns: generated ids (no prompt), text and timings."""
-
-    ids: list[int]
-    text: str
-    prompt_ids: list[int]
-    prefill_ms: float
-    decode_ms: float
-    stop_reason: FinishReason  # a str: "stop_id", "stop_string", "max_new_tokens", …
-    timings: dict[str, float] = field(default_factory=dict)
-    logprobs: list[TokenLogprob] | None = None  # one per id, when SamplingParams.logprobs is set
-
-    @property
-    def decode_tokens_per_s(self) -> float:
-        """Tokens per second over the decode steps (the first token comes from prefill)."""
-        steps = len(self.ids) - 1
-        return steps / (self.decode_ms / 1000.0) if steps > 0 and self.decode_ms > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ids": list(self.ids),
-            "text": self.text,
-            "prompt_tokens": len(self.prompt_ids),
-            "stop_reason": self.stop_reason,
-            "timings": {
-                "prefill_ms": round(self.prefill_ms, 3),
-                "decode_ms": round(self.decode_ms, 3),
-                "decode_tokens_per_s": round(self.decode_tokens_per_s, 3),
-            },
-        }
 
 
 @dataclass
@@ -111,8 +75,12 @@ class Pipeline:
         self._paths = component_paths
         self._sessions: dict[str, Any] = {}
         self._open_lock = threading.Lock()
+        self._layouts: dict[str, KVLayout] = {}
+        self._batcher: Batcher | None = None
+        self._made_lock = threading.Lock()  # the layouts and the batcher, made once
         self.text = TextSide(root, manifest, host)
         self.context_length = context_length(root, manifest)
+        self.prompts = Prompts(root, manifest, self.text, self.plan.modalities, self.context_length)
         self.kv_share = kv_share
         self._transform = graph_transform
         self._optimize = optimize
@@ -158,7 +126,7 @@ class Pipeline:
         """
         from mobius.package.checks import check_package, raise_for
         from mobius_runtime.device import resolve_device
-        from mobius_runtime.sessions import check_threads
+        from mobius_runtime.ort_sessions import check_threads
 
         check_threads(threads)
         # The one package check `mobius verify` runs, before anything is allocated (even
@@ -206,7 +174,7 @@ class Pipeline:
         """The (checked) session of ``component``, opened on first use."""
         session = self._sessions.get(component)
         if session is None:
-            from mobius_runtime.sessions import check_ports, open_session
+            from mobius_runtime.ort_sessions import check_ports, open_session
 
             with self._open_lock:  # two threads never open the same component twice
                 session = self._sessions.get(component)
@@ -224,7 +192,7 @@ class Pipeline:
         import onnxruntime as ort
 
         from mobius_runtime.device import providers_for
-        from mobius_runtime.sessions import check_ports, load_with_weights, session_options
+        from mobius_runtime.ort_sessions import check_ports, load_with_weights, session_options
 
         model = load_with_weights(self._paths[component])
         check_ports(_GraphPorts(model.graph), self.contract.component(component))
@@ -237,10 +205,20 @@ class Pipeline:
             model.SerializeToString(), sess_options=options, providers=providers_for(self.device)
         )
 
-    def _share_plan(self, component: str) -> Any:
-        from mobius_runtime.kvshare import share_plan
+    def kv_layout(self, component: str) -> KVLayout:
+        """The KV-state layout of ``component`` (share plan, padding side), read from its
+        graph once and shared by the executor and the batcher."""
+        layout = self._layouts.get(component)
+        if layout is None:
+            with self._made_lock:
+                layout = self._layouts.get(component)
+                if layout is None:
+                    layout = kv_layout(component, self._paths[component], self.plan.states)
+                    self._layouts[component] = layout
+        return layout
 
-        return share_plan(component, self._paths[component], self.plan.states)
+    def _share_plan(self, component: str) -> SharePlan | None:
+        return self.kv_layout(component).share
 
     @property
     def kv_sharing(self) -> dict[str, bool]:
@@ -305,50 +283,14 @@ class Pipeline:
     def apply_chat_template(
         self, messages: Any, add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:
-        """The prompt text ``messages`` make with the package's chat template.
-
-        ``messages`` are HF-shaped (see :mod:`mobius_runtime.chat`); extra keyword
-        arguments reach the template as variables (e.g. ``enable_thinking=False``).
-        Without a template in the package, the family's built-in layout serves a
-        single user message. Media parts become the template's placeholders; ids
-        come from :meth:`encode_messages`.
-        """
-        from mobius_runtime.chat import parse_messages
-
-        conversation = parse_messages(messages, self.modalities)
-        if kwargs and self.text.chat is not None:
-            return self.text.chat.render(conversation.messages, add_generation_prompt, **kwargs)
-        return self.text.chat_prompt(conversation, add_generation_prompt)
+        """The prompt text ``messages`` make (:meth:`Prompts.apply_chat_template`)."""
+        return self.prompts.apply_chat_template(messages, add_generation_prompt, **kwargs)
 
     def encode_messages(
         self, messages: Any, literal_special: bool = False, tools: Any = None
     ) -> dict[str, Any]:
-        """The caller inputs ``messages`` make: ``input_ids`` [1, S] and the media arrays.
-
-        The same ids as ``generate(messages=..., literal_special=...)`` feeds (chat
-        template with a generation prompt, media placeholders expanded), for callers
-        that run the steps themselves (``mobius serve``'s batching engine). Media items
-        are preprocessed here; their encoders run with the prompt step. ``tools``: HF's
-        ``apply_chat_template(tools=...)`` list, rendered by the template.
-        """
-        text, images, audio, literal = self._chat_inputs(messages, literal_special, tools)
-        ids, caller = self.prepare(text, None, images, audio, literal)
-        return {**caller, "input_ids": ids}
-
-    def _chat_inputs(
-        self, messages: Any, literal_special: bool, tools: Any = None
-    ) -> tuple[str, list[Any], list[Any], dict[str, str]]:
-        """The prompt text ``messages`` render to (placeholders checked), their media, and
-        the stand-ins of special markers typed in them (with ``literal_special``)."""
-        from mobius_runtime.chat import parse_messages
-
-        conversation = parse_messages(messages, self.modalities)
-        literal: dict[str, str] = {}
-        if literal_special:
-            conversation, literal = self.text.hide_markers(conversation)
-        text = self.text.chat_prompt(conversation, tools=tools)
-        self.text.check_placeholders(text, conversation)
-        return text, conversation.images, conversation.audio, literal
+        """The caller inputs ``messages`` make (:meth:`Prompts.encode_messages`)."""
+        return self.prompts.encode_messages(messages, literal_special, tools)
 
     def generate(
         self,
@@ -404,30 +346,15 @@ class Pipeline:
             "stop": stop,
         }
         params = _params(options, sampling)
-        if sum(x is not None for x in (prompt, input_ids, messages)) != 1:
-            raise RequestError(
-                "generate() needs exactly one of messages, prompt or input_ids",
-                where="generate()",
-                fix="pass messages=[…], prompt='…' or input_ids=[…]",
-            )
-        text, literal = None, None
-        if messages is not None:
-            if images or audio:
-                raise RequestError(
-                    "with messages, media go inside the messages, not in images=/audio=",
-                    where="generate()",
-                    fix='add {"type": "image", "image": …} parts to the user message',
-                )
-            text, images, audio, literal = self._chat_inputs(messages, literal_special)
-        elif prompt is not None:
-            text = prompt
-        ids, caller = self.prepare(text, input_ids, images, audio, literal)
+        ids, caller = self.prompts.request(
+            prompt, input_ids, images, audio, messages, literal_special
+        )
         prompt_len = int(ids.shape[1])
         # every position this request can hold: shared KV buffers are this long
         capacity = prompt_len + params.max_tokens
         if self.context_length is not None:
             capacity = min(capacity, self.context_length)
-        result, _ = self.decode(caller, ids, None, 0, capacity, params, on_token)
+        result, _ = run(self, caller, ids, None, 0, capacity, params, on_token)
         return result
 
     def check_generative(self) -> None:
@@ -442,163 +369,16 @@ class Pipeline:
                 "or build a text-generation model",
             )
 
-    def prepare(
-        self,
-        text: str | None,
-        input_ids: Any,
-        images: Sequence[Any],
-        audio: Sequence[Any],
-        literal: dict[str, str] | None = None,
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """(checked prompt ids [1, S], caller inputs with the media) for verbatim text or ids.
-
-        ``literal``: stand-ins in ``text`` for markers to tokenize as plain text
-        (:meth:`TextSide.hide_markers`).
-        """
-        caller: dict[str, Any] = {}
-        image_inputs, image_tokens = self.text.media_inputs("image", images, self.modalities)
-        audio_inputs, audio_tokens = self.text.media_inputs("audio", audio, self.modalities)
-        caller.update(image_inputs)
-        caller.update(audio_inputs)
-        if text is not None:
-            self.check_prompt_bytes(text)
-            ids = as_ids(self.text.encode(text, image_tokens, audio_tokens, literal))
-        else:
-            ids = as_ids(input_ids)
-        self.check_prompt_ids(ids, sum(image_tokens), sum(audio_tokens))
-        return ids, caller
-
-    def check_prompt_bytes(self, text: str) -> None:
-        """Refuse, before tokenizing, a text that cannot fit the context whatever its tokens.
-
-        ``n`` tokens cover at most ``n * max_token_bytes`` bytes of normalized text (see
-        :attr:`TextSide.max_token_bytes`), and Unicode normalization (NFC, NFKC) shrinks
-        text at most ``NORMALIZE_SLACK`` times (three decomposed jamo compose to one
-        syllable), so a text longer than ``NORMALIZE_SLACK * max_token_bytes *
-        context_length`` bytes certainly has too many tokens. (This assumes the
-        tokenizer's normalizer does not delete text, as Gemma's and Qwen's do not.)
-        Tokenizing megabytes costs far more memory than the text itself.
-        """
-        limit = self.context_length
-        if limit is None or not isinstance(text, str):  # encode() names a wrong type
-            return
-        if not (self.root / TOKENIZER_FILE).is_file():
-            return
-        size = len(text.encode("utf-8", "surrogatepass"))
-        if size <= limit:  # fewer bytes than positions: no need to read the vocabulary
-            return
-        most = NORMALIZE_SLACK * self.text.max_token_bytes * limit
-        if size > most:
-            raise RequestError(
-                f"the prompt is {size} bytes, more than the {limit} positions of the model "
-                f"can hold in any tokenization (at most {most} bytes)",
-                where="prompt",
-                fix=f"shorten the prompt below {limit} tokens",
-            )
-        # Below that bound a long text may still be far too long (a vocabulary with one
-        # 30-byte token allows 90 bytes a position): tokenize a prefix of PREFIX_CHARS
-        # characters a position first, whose cost is bounded by the context, not the body.
-        # A prefix has at most a few tokens more than the same span inside the whole text
-        # (only its last word can split differently), hence PREFIX_SLACK.
-        chars = PREFIX_CHARS * limit
-        if len(text) > chars:
-            head = len(self.text.tokenizer.encode(text[:chars], add_special_tokens=False).ids)
-            if head >= limit + PREFIX_SLACK:
-                raise RequestError(
-                    f"the prompt is {len(text)} characters, and its first {chars} alone are "
-                    f"{head} tokens, more than the {limit} positions of the model",
-                    where="prompt",
-                    fix=f"shorten the prompt below {limit} tokens",
-                )
-
-    def check_prompt_ids(self, ids: np.ndarray, image_soft: int, audio_soft: int) -> None:
-        """Ids in the vocabulary, placeholders matching the media, within the context."""
-        text = self.text
-        has_tokenizer = (self.root / TOKENIZER_FILE).is_file()
-        placeholders = {}
-        unsupported = {}
-        if has_tokenizer:
-            for kind, soft in (("image", image_soft), ("audio", audio_soft)):
-                token = text.token_id(f"{kind}_token")
-                if kind in self.modalities:
-                    placeholders[kind] = (token, soft)
-                else:
-                    unsupported[kind] = token
-            unsupported["video"] = text.token_id("video_token")
-        check_ids(ids, self._vocab, placeholders, unsupported)
-        limit = self.context_length
-        if limit is not None and ids.shape[1] >= limit:
-            raise RequestError(
-                f"the prompt is {ids.shape[1]} tokens but the model has {limit} positions",
-                where="prompt",
-                fix=f"shorten the prompt below {limit} tokens",
-            )
-
-    def decode(
-        self,
-        caller: dict[str, Any],
-        ids: np.ndarray,
-        state: Any,
-        past: int,
-        capacity: int | None,
-        params: SamplingParams,
-        on_token: Callable[[int, str], None] | None,
-        sampler: Sampler | None = None,
-    ) -> tuple[GenerationResult, tuple[Any, int]]:
-        """Prefill ``ids`` (after ``past`` cached positions in ``state``), then decode.
-
-        The per-token logic (pick, stream, stop) is :class:`~mobius_runtime.decoding.Decoding`,
-        the engine's too. ``sampler``: one whose random state continues (a conversation).
-        Returns the result and (state, positions in it): every id fed to the model is in
-        that state; the last generated id is not (it was never fed).
-        """
-        row = Decoding(
-            params,
-            self.text,
-            self.text.processors.stop_token_ids,
-            self.context_length,
-            sampler,
-            live=on_token is not None,
-            prompt=ids[0].tolist(),
-        )
-        logits_key = self.plan.logits
-        executor = self.executor
-        steps = executor.steps(capacity)  # the request's IO bindings, kept between steps
-        caller = {**caller, "input_ids": ids}
-        start = time.perf_counter()
-        values = steps.step(caller, state, past)
-        logits = last_position(values[logits_key])[0]
-        state = executor.next_state(values)
-        past += int(ids.shape[1])
-        prefill_ms = (time.perf_counter() - start) * 1000.0
-        decode_start = time.perf_counter()
-        step_ids = np.zeros((1, 1), dtype=np.int64)
-        while True:
-            token, piece = row.take(logits, past)
-            if on_token is not None:
-                on_token(token, piece)
-            if row.reason is not None:
-                break
-            step_ids[0, 0] = token
-            values = steps.step({"input_ids": step_ids}, state, past)
-            logits = last_position(values[logits_key])[0]
-            state = executor.next_state(values)
-            past += 1
-        decode_ms = (time.perf_counter() - decode_start) * 1000.0
-        result = GenerationResult(
-            ids=list(row.ids),
-            text=row.text,
-            prompt_ids=[int(i) for i in ids[0]],
-            prefill_ms=prefill_ms,
-            decode_ms=decode_ms,
-            stop_reason=row.reason,
-            logprobs=None if params.logprobs is None else row.logprobs,
-        )
-        return result, (state, past)
-
     @property
-    def _vocab(self) -> int | None:
-        return vocab_size(self.manifest)
+    def batcher(self) -> Batcher:
+        """The batcher of this package's cohorts (``generate()``'s cohort of one, the
+        engine's many), made on first use."""
+        if self._batcher is None:
+            batcher = Batcher(self)  # outside the lock: it reads the layouts, which take it
+            with self._made_lock:
+                if self._batcher is None:
+                    self._batcher = batcher
+        return self._batcher
 
 
 def _params(options: dict[str, Any], sampling: SamplingParams | None) -> SamplingParams:

@@ -86,7 +86,7 @@ def pick(
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request picks and stops: the one settings type of ``generate``,
-    :class:`~mobius_runtime.session.ChatSession`, ``mobius run`` / ``chat`` and ``mobius serve``.
+    :class:`~mobius_runtime.chat_session.ChatSession`, ``mobius run`` / ``chat`` and ``mobius serve``.
 
     ``temperature == 0`` is greedy (then ``top_k``, ``top_p`` and ``seed`` do nothing);
     ``top_k`` 0 and ``min_p`` 0 are off. Generation ends at one of ``stop_ids`` (None:

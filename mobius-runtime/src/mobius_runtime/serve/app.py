@@ -368,7 +368,7 @@ def _detokenize(settings: Settings, tokens: list[int]) -> str:
 def _prompt_inputs(settings: Settings, prompt: str | list[int]) -> dict[str, Any]:
     """A raw prompt (verbatim text, or token ids) → checked ids, as ``generate(prompt=)``."""
     text, ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
-    ids, caller = settings.pipeline.prepare(text, ids, (), ())
+    ids, caller = settings.pipeline.prompts.prepare(text, ids, (), ())
     return {**caller, "input_ids": ids}
 
 

@@ -21,6 +21,7 @@ import typer
 
 from mobius.cli._common import is_debug
 from mobius.errors import MobiusError
+from mobius_runtime.limits import PREFILL_CHUNK
 
 GRACE_S = 3
 log = logging.getLogger("mobius_runtime.serve")
@@ -77,6 +78,18 @@ def serve(
             "alike (0: off).",
         ),
     ] = 0.0,
+    prefill_chunk: Annotated[
+        int,
+        typer.Option(
+            "--prefill-chunk",
+            min=0,
+            help="Most prompt tokens prefilled between two decode steps, so new prompts "
+            "never stall the running replies for longer than that: a longer prompt is "
+            "prefilled this many tokens at a time, and short waiting prompts are prefilled "
+            "together up to this many (padded) tokens. Smaller: smoother streaming while "
+            "prompts arrive; larger: faster first tokens. 0: each prompt whole and alone.",
+        ),
+    ] = PREFILL_CHUNK,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     threads: Annotated[int | None, typer.Option("--threads", help="onnxruntime threads.")] = None,
     allow_remote_media: Annotated[
@@ -163,7 +176,8 @@ def serve(
 
             serve_on_ray(packages, host, port, ray_flags, model_name, api_key=api_key,
                          max_batch=max_batch, max_queue=max_queue,
-                         prefix_cache_mb=prefix_cache_mb, device=device,
+                         prefix_cache_mb=prefix_cache_mb, prefill_chunk=prefill_chunk,
+                         device=device,
                          threads=threads, settings=options)  # fmt: skip
             return
         _single(packages, ray_flags)
@@ -173,7 +187,7 @@ def serve(
             port,
             model_name,
             api_key,
-            (max_batch, max_queue, prefix_cache_mb),
+            (max_batch, max_queue, prefix_cache_mb, prefill_chunk),
             device,
             threads,
             options,
@@ -279,9 +293,13 @@ def _server(
     require_logits(pipeline)
     if api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("listening on %s without --api-key: anyone who can reach it may use it", host)
-    max_batch, max_queue, prefix_cache_mb = batching
+    max_batch, max_queue, prefix_cache_mb, prefill_chunk = batching
     engine = Engine(
-        pipeline, max_batch=max_batch, max_queue=max_queue, prefix_cache_mb=prefix_cache_mb
+        pipeline,
+        max_batch=max_batch,
+        max_queue=max_queue,
+        prefix_cache_mb=prefix_cache_mb,
+        prefill_chunk=prefill_chunk,
     )
     name = model_name or package.resolve().name
     settings = Settings(engine, name, api_key, **options)
@@ -366,12 +384,14 @@ def _make_server(config: Any, name: str, settings: Any) -> Any:
                 for sock in server.sockets:
                     bound_host, bound_port = sock.getsockname()[:2]
                     log.info(
-                        "serving %r at http://%s:%d/v1 (max batch %d, max queue %d)",
+                        "serving %r at http://%s:%d/v1 (max batch %d, max queue %d, "
+                        "prefill chunk %d)",
                         name,
                         bound_host,
                         bound_port,
                         engine.max_batch,
                         engine.max_queue,
+                        engine.prefill_chunk,
                     )
 
         def handle_exit(self, sig: int, frame: Any) -> None:

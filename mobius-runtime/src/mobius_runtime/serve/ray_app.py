@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from mobius.errors import MobiusError
+from mobius_runtime.limits import PREFILL_CHUNK
 
 log = logging.getLogger("mobius_runtime.serve")
 
@@ -90,6 +91,7 @@ class RayOptions:
     max_batch: int = 8
     max_queue: int = 64  # requests waiting at the ingress per model beyond the replicas' slots
     prefix_cache_mb: float = 0.0  # each replica's own prefix cache (mobius_runtime.prefix_cache)
+    prefill_chunk: int = PREFILL_CHUNK  # prompt ids prefilled between two decode steps
     device: str = "auto"
     threads: int | None = None
     api_key: str | None = None
@@ -196,6 +198,7 @@ class ModelServer:
             max_batch=options.max_batch,
             max_queue=options.max_batch,
             prefix_cache_mb=options.prefix_cache_mb,
+            prefill_chunk=options.prefill_chunk,
         )
         self.settings = Settings(self.engine, model["name"], options.api_key, **options.settings)
         self.app = create_app(self.settings)

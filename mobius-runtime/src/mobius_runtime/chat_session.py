@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mobius_runtime.chat import parse_messages, user_message
+from mobius_runtime.generation import GenerationResult, run
 from mobius_runtime.sampling import Sampler, SamplingParams
 from mobius_runtime.text import as_ids
 
 if TYPE_CHECKING:
-    from mobius_runtime.pipeline import GenerationResult, Pipeline
+    from mobius_runtime.pipeline import Pipeline
 
 
 class ChatSession:
@@ -126,7 +127,7 @@ class ChatSession:
             new_inputs.update(inputs)
             counts[kind] += soft
         ids = as_ids(p.text.encode(rendered, counts["image"], counts["audio"]))
-        p.check_prompt_ids(ids, sum(counts["image"]), sum(counts["audio"]))
+        p.prompts.check_prompt_ids(ids, sum(counts["image"]), sum(counts["audio"]))
         full = [int(i) for i in ids[0]]
         kept = _common_prefix(self._fed, full)
         state = None if self._state is None else self._truncated(kept)
@@ -142,8 +143,8 @@ class ChatSession:
                 )
                 caller.update(inputs)
             chunk, state, past = ids, None, 0
-        result, (state, past) = p.decode(
-            caller, chunk, state, past, None, self.sampling, on_token, self._sampler
+        result, (state, past) = run(
+            p, caller, chunk, state, past, None, self.sampling, on_token, self._sampler
         )
         self.prefilled = int(chunk.shape[1])
         self._state = state
