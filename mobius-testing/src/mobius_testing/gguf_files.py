@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 NORMAL, CONTROL, USER_DEFINED = 1, 3, 4
+K_QUANT_ROW = 256
+"""Values per K-quant super-block: a Q4_K row length is a multiple of it."""
 
 
 def encode(array: np.ndarray, ggml_type: str) -> tuple[np.ndarray, str]:
@@ -32,6 +34,26 @@ def encode(array: np.ndarray, ggml_type: str) -> tuple[np.ndarray, str]:
         ggml_type = "F32"
     qtype = gguf.GGMLQuantizationType[ggml_type]
     return gguf.quants.quantize(array, qtype), ggml_type
+
+
+def q4_k_blocks(shape: tuple[int, ...], rng: np.random.Generator, spread: float) -> np.ndarray:
+    """Random Q4_K blocks of a tensor of ``shape`` (rows a multiple of 256 long), as
+    uint8 ``[..., row bytes]`` for :func:`encode` / :func:`write_gguf`: gguf has no Q4_K
+    quantizer, so the blocks are made here (random 4-bit levels and 6-bit sub-scales and
+    minimums, fp16 super-scales chosen so that values lie within about ±``spread``);
+    ``gguf.quants.dequantize`` gives the values they hold."""
+    import gguf
+
+    if shape[-1] % K_QUANT_ROW:
+        raise ValueError(f"Q4_K rows are multiples of {K_QUANT_ROW} values, got {list(shape)}")
+    size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q4_K][1]
+    blocks = int(np.prod(shape)) // K_QUANT_ROW
+    raw = rng.integers(0, 256, size=(blocks, size), dtype=np.uint8)
+    # d · sc · q − dmin · m with sc, m < 64 and q < 16: the sub-block ranges centre near 0
+    d = np.full((blocks, 1), spread / (63 * 15), np.float16)
+    raw[:, 0:2] = d.view(np.uint8)
+    raw[:, 2:4] = (d * np.float16(7.5)).view(np.uint8)
+    return raw.reshape(*shape[:-1], shape[-1] // K_QUANT_ROW * size)
 
 
 def gpt2_tokenizer_metadata(folder: Path, pre: str) -> dict[str, Any]:
