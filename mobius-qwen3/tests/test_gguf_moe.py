@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 
 import numpy as np
 import pytest
@@ -121,26 +120,16 @@ def _gguf_tensors(weights: dict[str, np.ndarray]) -> list[tuple[str, list[str], 
     return out
 
 
-def _write(folder, cfg: dict, weights: dict[str, np.ndarray]) -> None:
-    from safetensors.numpy import save_file
-
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(cfg, indent=1))
-    save_file(weights, str(folder / "model.safetensors"))
-    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json",
-                 "chat_template.jinja"):  # fmt: skip
-        shutil.copy(TINY / name, folder / name)
-
-
 def qwen3_gguf(root, moe: bool, kind: str, seed: int = 5, extra=()):
     """(GGUF file, checkpoint folder of gguf's dequantization of its tensors)."""
-    import gguf
-
-    from mobius_testing.gguf_files import encode, gpt2_tokenizer_metadata, q4_k_blocks, write_gguf
+    from mobius_testing.gguf_files import (
+        gpt2_tokenizer_metadata,
+        write_checkpoint,
+        write_gguf_dequantized,
+    )
 
     cfg = _config(moe)
     weights = _weights(cfg, seed)
-    rng = np.random.default_rng(seed + 1)
     a = "qwen3moe" if moe else "qwen3"
     meta = {
         "general.name": "tiny-qwen3-moe" if moe else "tiny-qwen3-256",
@@ -159,27 +148,22 @@ def qwen3_gguf(root, moe: bool, kind: str, seed: int = 5, extra=()):
     if moe:
         meta.update({f"{a}.expert_count": EXPERTS, f"{a}.expert_used_count": TOP_K,
                      f"{a}.expert_feed_forward_length": INTER})  # fmt: skip
-    tensors, dequantized = [], {}
-    for name, hf_names, array in _gguf_tensors(weights):
-        # llama.cpp keeps 1-D tensors and the MoE router in F32
-        ggml_type = "F32" if array.ndim == 1 or "ffn_gate_inp" in name else kind
-        if ggml_type == "Q4_K":
-            array = q4_k_blocks(array.shape, rng, float(np.abs(array).max()))
-        data, ggml_type = encode(array, ggml_type)
-        qtype = gguf.GGMLQuantizationType[ggml_type]
-        back = gguf.quants.dequantize(data, qtype).astype(np.float32)
-        back = back.reshape(*data.shape[:-1], -1)
-        tensors.append((name, data if data.dtype == np.uint8 else array, ggml_type))
-        parts = np.split(back, len(hf_names)) if len(hf_names) > 1 else [back]
+    layout = _gguf_tensors(weights)
+    # llama.cpp keeps 1-D tensors (encode does) and the MoE router in F32
+    tensors = [(n, w, "F32" if "ffn_gate_inp" in n else kind) for n, _, w in layout]
+    back = write_gguf_dequantized(
+        root / f"{a}-{kind}.gguf", a, meta, [*tensors, *extra], np.random.default_rng(seed + 1)
+    )
+    dequantized = {}
+    for name, hf_names, _ in layout:
+        parts = np.split(back[name], len(hf_names)) if len(hf_names) > 1 else [back[name]]
         for hf, part in zip(hf_names, parts):
             dequantized[hf] = part.reshape(weights[hf].shape)
-    tensors.extend(extra)
-    path = write_gguf(root / f"{a}-{kind}.gguf", a, meta, tensors)
     if kind in FLOAT_KINDS:  # F32 / F16 hold the checkpoint exactly (f16-exact values)
         for hf, w in weights.items():
             np.testing.assert_array_equal(dequantized[hf], w)
-    _write(root / f"{a}-{kind}-dequantized", cfg, dequantized)
-    return path, root / f"{a}-{kind}-dequantized"
+    folder = write_checkpoint(root / f"{a}-{kind}-dequantized", cfg, dequantized, TINY)
+    return root / f"{a}-{kind}.gguf", folder
 
 
 @pytest.fixture(scope="module")

@@ -56,6 +56,63 @@ def q4_k_blocks(shape: tuple[int, ...], rng: np.random.Generator, spread: float)
     return raw.reshape(*shape[:-1], shape[-1] // K_QUANT_ROW * size)
 
 
+def fitting_type(ggml_type: str, row: int) -> str:
+    """``ggml_type``, or what llama.cpp's quantizer falls back to for a row length its
+    blocks do not divide: Q8_0 for a K-quant (rows of 32), F16 otherwise."""
+    import gguf
+
+    block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[ggml_type]][0]
+    if row % block == 0:
+        return ggml_type
+    return "Q8_0" if block == K_QUANT_ROW and row % 32 == 0 else "F16"
+
+
+def write_gguf_dequantized(
+    path: Path,
+    architecture: str,
+    metadata: Mapping[str, Any],
+    tensors: Iterable[tuple[str, np.ndarray, str]],
+    rng: np.random.Generator,
+) -> dict[str, np.ndarray]:
+    """:func:`write_gguf` with each matrix in its :func:`fitting_type` (Q4_K ones as
+    :func:`q4_k_blocks` spread like the tensor); returns gguf's own dequantization
+    (``gguf.quants.dequantize``, float32, the tensor's shape) of every tensor written,
+    the values a package built from the file must compute with."""
+    import gguf
+
+    written, back = [], {}
+    for name, array, ggml_type in tensors:
+        if array.ndim > 1 and array.dtype != np.uint8:
+            ggml_type = fitting_type(ggml_type, array.shape[-1])
+            if ggml_type == "Q4_K":
+                array = q4_k_blocks(array.shape, rng, float(np.abs(array).max()))
+        data, kind = encode(array, ggml_type)
+        values = gguf.quants.dequantize(data, gguf.GGMLQuantizationType[kind])
+        back[name] = values.astype(np.float32).reshape(*data.shape[:-1], -1)
+        written.append((name, data if data.dtype == np.uint8 else array, kind))
+    write_gguf(path, architecture, metadata, written)
+    return back
+
+
+def write_checkpoint(
+    folder: Path, config: Mapping[str, Any], weights: Mapping[str, np.ndarray], like: Path
+) -> Path:
+    """A safetensors checkpoint folder: ``config``, ``weights`` and the tokenizer, chat
+    template and generation config files of checkpoint ``like``."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(dict(config), indent=1), encoding="utf-8")
+    save_file(dict(weights), str(folder / "model.safetensors"))
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                 "chat_template.jinja"):  # fmt: skip
+        if (like / name).is_file():
+            shutil.copy(like / name, folder / name)
+    return folder
+
+
 def gpt2_tokenizer_metadata(folder: Path, pre: str) -> dict[str, Any]:
     """The ``tokenizer.*`` metadata llama.cpp writes for an HF byte-level BPE tokenizer
     (``tokenizer.json`` with ``tokenizer_config.json`` / ``config.json`` beside it)."""
