@@ -1,12 +1,12 @@
 """mobius.lm.gguf: the llama.cpp config keys and tensor names of Llama-shaped decoders,
-and the per-layer names a family adds (``layer_tensors``)."""
+and the per-layer names a family adds (``hf_tensor_name(name, layer_tensors)``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from mobius.errors import CheckpointError
-from mobius.lm.gguf import LAYER_TENSORS, decoder_translation
+from mobius.lm.gguf import LAYER_TENSORS, decoder_translation, hf_tensor_name
 
 META = {
     "toy.block_count": 1,
@@ -23,10 +23,10 @@ TENSORS = {
 }
 
 
-def _translate(**kw):
+def _translate():
     return decoder_translation(
         META, TENSORS, architecture="toy", model_type="toy", hf_class="ToyForCausalLM",
-        permuted_qk=False, **kw,
+        permuted_qk=False,
     )  # fmt: skip
 
 
@@ -41,9 +41,12 @@ def test_config_and_names():
 
 
 def test_family_layer_names():
-    t = _translate(layer_tensors={**LAYER_TENSORS, "ffn_gate_inp": "mlp.gate"})
-    assert t.tensors["blk.0.ffn_gate_inp.weight"] == "model.layers.0.mlp.gate.weight"
-    assert t.tensors["blk.0.attn_q.weight"] == "model.layers.0.self_attn.q_proj.weight"
+    names = {**LAYER_TENSORS, "ffn_gate_inp": "mlp.gate"}
+    assert hf_tensor_name("blk.0.ffn_gate_inp.weight", names) == "model.layers.0.mlp.gate.weight"
+    assert hf_tensor_name("blk.3.attn_q.bias", names) == "model.layers.3.self_attn.q_proj.bias"
+    for odd in ("blk.0.ffn_gate_inp.weight", "blk.x.attn_q.weight", "blk.0.attn_q.scale",
+                "token_embd.bias", "blk.0.attn_q"):  # fmt: skip
+        assert hf_tensor_name(odd) is None, odd
 
 
 def test_missing_keys_named():

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius.errors import CheckpointError
-from mobius.lm.gguf import LAYER_TENSORS, decoder_translation
+from mobius.lm.gguf import LAYER_TENSORS, decoder_translation, hf_tensor_name
 from mobius.records import GGUFTranslation
 
 ARCHITECTURE = "qwen3"
@@ -65,7 +65,6 @@ def translate(
         model_type="qwen3_moe",
         hf_class="Qwen3MoeForCausalLM",
         permuted_qk=False,
-        layer_tensors=MOE_LAYER_TENSORS,
     )
     key = f"{MOE_ARCHITECTURE}.{{}}".format
     missing = [key(k) for k in MOE_CONFIG_KEYS if key(k) not in metadata]
@@ -83,4 +82,8 @@ def translate(
     config["mlp_only_layers"] = [
         i for i in range(layers) if f"blk.{i}.ffn_gate_inp.weight" not in tensors
     ]
-    return GGUFTranslation(config=config, tensors=base.tensors)
+    names = dict(base.tensors)  # the dense names; the router and experts added here
+    for name in tensors:
+        if name not in names and (hf := hf_tensor_name(name, MOE_LAYER_TENSORS)) is not None:
+            names[name] = hf
+    return GGUFTranslation(config=config, tensors=names)

@@ -63,16 +63,13 @@ def decoder_translation(
     model_type: str,
     hf_class: str,
     permuted_qk: bool,
-    layer_tensors: Mapping[str, str] = LAYER_TENSORS,
 ) -> GGUFTranslation:
     """The HF config and tensor names of a Llama-shaped decoder's GGUF file.
 
     ``permuted_qk``: llama.cpp stored q / k rows permuted (Llama, Mistral); the
     translation undoes it (:func:`mobius.checkpoint.gguf.unpermute_rows`, with the
-    attention heads for q and the KV heads for k). ``layer_tensors``: the per-layer
-    names read (:data:`LAYER_TENSORS`, or a family's superset: a MoE family adds
-    ``ffn_gate_inp`` and the ``ffn_*_exps`` expert tables). Tensors outside these names
-    are left out, so the opener refuses the file naming them.
+    attention heads for q and the KV heads for k). Tensors outside these names are left
+    out, so the opener refuses the file naming them.
     """
     key = f"{architecture}.{{}}".format
     missing = [key(k) for k in REQUIRED if key(k) not in metadata]
@@ -108,7 +105,7 @@ def decoder_translation(
         }
     names: dict[str, str | GGUFTensor] = {}
     for name in tensors:
-        hf_name = hf_tensor_name(name, layer_tensors)
+        hf_name = hf_tensor_name(name)
         if hf_name is None:
             continue
         layer_part = name.split(".")[2] if name.startswith("blk.") else ""
@@ -157,12 +154,7 @@ def hf_tensor_name(name: str, layer_tensors: Mapping[str, str] = LAYER_TENSORS) 
 
 
 def translator(
-    architecture: str,
-    *,
-    model_type: str,
-    hf_class: str,
-    permuted_qk: bool,
-    layer_tensors: Mapping[str, str] = LAYER_TENSORS,
+    architecture: str, *, model_type: str, hf_class: str, permuted_qk: bool
 ) -> Callable[[str, Mapping[str, Any], Mapping[str, tuple[int, ...]]], GGUFTranslation | None]:
     """The ``DecoderFamily(gguf=...)`` function of one llama.cpp ``architecture``: its files
     through :func:`decoder_translation`, None for any other architecture."""
@@ -179,7 +171,6 @@ def translator(
             model_type=model_type,
             hf_class=hf_class,
             permuted_qk=permuted_qk,
-            layer_tensors=layer_tensors,
         )
 
     return translate
