@@ -218,13 +218,17 @@ def test_gguf_kinds_equal_the_dequantized_checkpoint(files, mobius_build, tmp_pa
     quant = manifest["quantization"]["components"]["model"]
     sources = {entry["source_type"] for entry in quant["tensors"].values()}
     assert sources == {kind}, sources  # attention / MLP projections keep the file's blocks
-    if moe:  # the expert tables are dequantized, and the build says so
-        tables = {n: why for n, why in quant["kept_float"].items() if "experts" in n}
-        assert set(tables) == {
-            "layers.1.mlp.experts.gate_up_proj",
-            "layers.1.mlp.experts.down_proj",
-        }
-        assert all("dequantized" in why for why in tables.values()), tables
+    if moe:
+        tables = ("layers.1.mlp.experts.gate_up_proj", "layers.1.mlp.experts.down_proj")
+        if kind == "Q4_K":  # float zero points: GatherBlockQuantized takes none
+            assert all("GatherBlockQuantized" in quant["kept_float"][t] for t in tables)
+        else:  # the file's blocks, gathered per hit expert
+            gate_up = quant["tensors"][tables[0]]
+            assert gate_up["ops"] == ["GatherBlockQuantized"] and gate_up["source_type"] == kind
+            assert gate_up["source"] == ("model.layers.1.mlp.experts.gate_proj.weight, "
+                                         "model.layers.1.mlp.experts.up_proj.weight")  # fmt: skip
+            down = quant["tensors"][tables[1]]["source"]
+            assert down == "model.layers.1.mlp.experts.down_proj.weight"
     f32 = _build(path, tmp_path / "f32", dtype="f32")
     assert_gguf_matches(ref, load_pipeline(f32), versus, f"{label} --dtype f32", seed=7)
 
