@@ -21,8 +21,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mobius_gemma4.gguf import GLOBAL_TENSORS, LAYER_SCALE, LAYER_TENSORS
-
 TINY = Path(__file__).resolve().parents[2] / "testdata" / "tiny-gemma4"
 KINDS = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K"]
 FLOAT_KINDS = ("F32", "F16")
@@ -86,27 +84,11 @@ def _weights(cfg: dict, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _gguf_name(hf: str) -> str:
-    """llama.cpp's name of HF tensor ``hf`` (gguf-py's tensor map for gemma4)."""
-    inverse = {v: k for k, v in GLOBAL_TENSORS.items()}
-    if hf in inverse:
-        return inverse[hf]
-    if hf == "model.embed_tokens.weight":
-        return "token_embd.weight"
-    if hf == "model.norm.weight":
-        return "output_norm.weight"
-    _, _, i, rest = hf.split(".", 3)
-    if rest == "layer_scalar":
-        return f"blk.{i}.{LAYER_SCALE}.weight"
-    part = rest.removesuffix(".weight")
-    (gguf_part,) = [k for k, v in LAYER_TENSORS.items() if v == part]
-    return f"blk.{i}.{gguf_part}.weight"
-
-
 def gemma4_gguf(root, kind: str, seed: int = 3, extra=()):
     """(GGUF file, checkpoint folder of gguf's dequantization of its tensors)."""
     from mobius_testing.gguf_files import (
         gpt2_tokenizer_metadata,
+        llamacpp_name,
         write_checkpoint,
         write_gguf_dequantized,
     )
@@ -144,10 +126,11 @@ def gemma4_gguf(root, kind: str, seed: int = 3, extra=()):
     rotated = int(full_dim * rope["full_attention"]["partial_rotary_factor"] / 2)
     freqs = np.array([1.0] * rotated + [1e30] * (full_dim // 2 - rotated), np.float32)
     tensors = [("rope_freqs.weight", freqs, "F32")]
-    tensors += [(_gguf_name(hf), w, kind) for hf, w in weights.items()]
+    names = {hf: llamacpp_name(a, hf, layers) for hf in weights}  # gguf-py's names
+    tensors += [(names[hf], w, kind) for hf, w in weights.items()]
     path = root / f"{a}-{kind}.gguf"
     back = write_gguf_dequantized(path, a, meta, [*tensors, *extra], np.random.default_rng(seed))
-    dequantized = {hf: back[_gguf_name(hf)].reshape(w.shape) for hf, w in weights.items()}
+    dequantized = {hf: back[names[hf]].reshape(w.shape) for hf, w in weights.items()}
     if kind in FLOAT_KINDS:
         for hf, w in weights.items():
             np.testing.assert_array_equal(dequantized[hf], w)

@@ -26,22 +26,6 @@ FLOAT_KINDS = ("F32", "F16")
 LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTER = 2, 256, 4, 2, 64, 256
 EXPERTS, TOP_K = 4, 2
 
-DENSE_NAMES = {
-    "input_layernorm": "attn_norm",
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "self_attn.q_norm": "attn_q_norm",
-    "self_attn.k_norm": "attn_k_norm",
-    "post_attention_layernorm": "ffn_norm",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-    "mlp.gate": "ffn_gate_inp",
-}
-"""HF layer tensor → llama.cpp name (gguf-py's tensor map for qwen3 / qwen3moe)."""
-
 
 def _config(moe: bool) -> dict:
     cfg = json.loads((TINY / "config.json").read_text())
@@ -55,7 +39,7 @@ def _config(moe: bool) -> dict:
             model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"],
             tie_word_embeddings=False, num_experts=EXPERTS, num_experts_per_tok=TOP_K,
             moe_intermediate_size=INTER, norm_topk_prob=True, decoder_sparse_step=1,
-            mlp_only_layers=[0],
+            mlp_only_layers=[],  # llama.cpp's qwen3moe has experts on every layer
         )  # fmt: skip
     return cfg
 
@@ -98,25 +82,22 @@ def _weights(cfg: dict, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _gguf_tensors(weights: dict[str, np.ndarray]) -> list[tuple[str, list[str], np.ndarray]]:
-    """(llama.cpp name, the HF tensors it holds, array): the converter's names, experts
-    stacked per projection ``[E, I, H]`` / ``[E, H, I]`` (numpy order)."""
-    out = [("token_embd.weight", ["model.embed_tokens.weight"], weights["model.embed_tokens.weight"]),
-           ("output_norm.weight", ["model.norm.weight"], weights["model.norm.weight"])]  # fmt: skip
-    if "lm_head.weight" in weights:
-        out.append(("output.weight", ["lm_head.weight"], weights["lm_head.weight"]))
-    stacks: dict[tuple[str, str], list[str]] = {}
+def _gguf_tensors(weights: dict[str, np.ndarray], architecture: str):
+    """(llama.cpp name, the HF tensors it holds, array): gguf-py's names, experts stacked
+    per projection ``[E, I, H]`` / ``[E, H, I]`` (numpy order) as the converter stacks
+    ``mlp.experts.{e}.*_proj`` into ``mlp.experts.*_proj``."""
+    from mobius_testing.gguf_files import llamacpp_name
+
+    out, stacks = [], {}
     for name in weights:
-        m = re.fullmatch(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(\w+)_proj\.weight", name)
+        m = re.fullmatch(r"(model\.layers\.\d+\.mlp\.experts)\.\d+\.(\w+_proj\.weight)", name)
         if m:
-            stacks.setdefault((m[1], m[3]), []).append(name)
-            continue
-        m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)\.weight", name)
-        if m:
-            out.append((f"blk.{m[1]}.{DENSE_NAMES[m[2]]}.weight", [name], weights[name]))
-    for (layer, proj), names in stacks.items():
+            stacks.setdefault(f"{m[1]}.{m[2]}", []).append(name)
+        else:
+            out.append((llamacpp_name(architecture, name, LAYERS), [name], weights[name]))
+    for merged, names in stacks.items():
         stacked = np.stack([weights[n] for n in names])
-        out.append((f"blk.{layer}.ffn_{proj}_exps.weight", names, stacked))
+        out.append((llamacpp_name(architecture, merged, LAYERS), names, stacked))
     return out
 
 
@@ -148,7 +129,7 @@ def qwen3_gguf(root, moe: bool, kind: str, seed: int = 5, extra=()):
     if moe:
         meta.update({f"{a}.expert_count": EXPERTS, f"{a}.expert_used_count": TOP_K,
                      f"{a}.expert_feed_forward_length": INTER})  # fmt: skip
-    layout = _gguf_tensors(weights)
+    layout = _gguf_tensors(weights, a)
     # llama.cpp keeps 1-D tensors (encode does) and the MoE router in F32
     tensors = [(n, w, "F32" if "ffn_gate_inp" in n else kind) for n, _, w in layout]
     back = write_gguf_dequantized(
@@ -210,7 +191,7 @@ def test_gguf_kinds_equal_the_dequantized_checkpoint(files, mobius_build, tmp_pa
     if moe:
         assert (config["num_experts"], config["num_experts_per_tok"]) == (EXPERTS, TOP_K)
         assert config["moe_intermediate_size"] == INTER and config["norm_topk_prob"] is True
-        assert config["mlp_only_layers"] == [0] and config["tie_word_embeddings"] is False
+        assert config["mlp_only_layers"] == [] and config["tie_word_embeddings"] is False
     if kind in FLOAT_KINDS:
         assert "quantization" not in manifest or not manifest["quantization"]["components"][
             "model"]["tensors"]  # fmt: skip
@@ -220,6 +201,7 @@ def test_gguf_kinds_equal_the_dequantized_checkpoint(files, mobius_build, tmp_pa
     assert sources == {kind}, sources  # attention / MLP projections keep the file's blocks
     if moe:
         tables = ("layers.1.mlp.experts.gate_up_proj", "layers.1.mlp.experts.down_proj")
+        assert "layers.0.mlp.experts.down_proj" in {**quant["tensors"], **quant["kept_float"]}
         if kind == "Q4_K":  # float zero points: GatherBlockQuantized takes none
             assert all("GatherBlockQuantized" in quant["kept_float"][t] for t in tables)
         else:  # the file's blocks, gathered per hit expert
@@ -276,3 +258,24 @@ def test_qwen3moe_gguf_without_expert_counts(tmp_path):
     with pytest.raises(CheckpointError, match=r"qwen3moe\.expert_count"):
         _build(stripped, tmp_path / "pkg")
     assert not (tmp_path / "pkg").exists()
+
+
+@pytest.mark.l1
+def test_qwen3moe_layer_without_experts_is_dense():
+    """A layer of a qwen3moe file without a router is read as an MLP-only layer (its
+    ``ffn_gate`` / ``ffn_up`` / ``ffn_down`` as ``mlp.*_proj``)."""
+    from mobius_qwen3.gguf import translate
+
+    meta = {"qwen3moe.block_count": 2, "qwen3moe.embedding_length": 8,
+            "qwen3moe.feed_forward_length": 16, "qwen3moe.attention.head_count": 2,
+            "qwen3moe.expert_count": 4, "qwen3moe.expert_used_count": 2,
+            "qwen3moe.expert_feed_forward_length": 8}  # fmt: skip
+    shapes = {"token_embd.weight": (32, 8), "blk.0.ffn_gate.weight": (16, 8),
+              "blk.1.ffn_gate_inp.weight": (4, 8), "blk.1.ffn_gate_exps.weight": (4, 8, 8),
+              "blk.1.ffn_down_exps.weight": (4, 8, 8)}  # fmt: skip
+    t = translate("qwen3moe", meta, shapes)
+    assert t.config["mlp_only_layers"] == [0] and t.config["num_experts"] == 4
+    assert t.tensors["blk.0.ffn_gate.weight"] == "model.layers.0.mlp.gate_proj.weight"
+    assert t.tensors["blk.1.ffn_gate_inp.weight"] == "model.layers.1.mlp.gate.weight"
+    assert t.tensors["blk.1.ffn_down_exps.weight"] == "model.layers.1.mlp.experts.down_proj.weight"
+    assert translate("llama", meta, shapes) is None

@@ -9,6 +9,7 @@ call (``gguf.GGUFWriter``).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -54,6 +55,27 @@ def q4_k_blocks(shape: tuple[int, ...], rng: np.random.Generator, spread: float)
     raw[:, 0:2] = d.view(np.uint8)
     raw[:, 2:4] = (d * np.float16(7.5)).view(np.uint8)
     return raw.reshape(*shape[:-1], shape[-1] // K_QUANT_ROW * size)
+
+
+def llamacpp_name(architecture: str, hf_name: str, blocks: int) -> str:
+    """The name llama.cpp's converter gives HF tensor ``hf_name`` in a file of
+    ``architecture`` (gguf-py's own tensor map, ``gguf.get_tensor_name_map``: the table
+    convert_hf_to_gguf.py maps with). The converter appends ``.weight`` to a bare
+    parameter name (Gemma 4's ``layer_scalar``); so does this."""
+    if not hf_name.endswith((".weight", ".bias")):
+        hf_name += ".weight"
+    name = _tensor_map(architecture, blocks).get_name(hf_name, try_suffixes=(".weight", ".bias"))
+    if name is None:
+        raise KeyError(f"gguf-py maps no {architecture} tensor {hf_name!r}")
+    return name
+
+
+@functools.cache
+def _tensor_map(architecture: str, blocks: int) -> Any:
+    import gguf
+
+    (arch,) = [a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == architecture]
+    return gguf.get_tensor_name_map(arch, blocks)
 
 
 def fitting_type(ggml_type: str, row: int) -> str:
