@@ -177,3 +177,38 @@ def test_row_moves_keep_the_blocks(tmp_path):
             np.testing.assert_allclose(back, want[lo:hi], rtol=1e-6, atol=1e-6)
     assert "transform" in ckpt.kept_scheme("c", target="default", gather=False)
     assert ckpt.stored_quantized("c", QuantScheme(bits=8), np.float32) is None
+
+
+def test_expert_table_from_two_tensors_keeps_their_blocks(tmp_path):
+    """A routed-experts table ``[E, H, 2I]`` planned from two GGUF tables ``[E, I, H]``
+    (llama.cpp's gate and up, concatenated on axis 1 and transposed) keeps their blocks:
+    its rows are found in both files' rows (row_segments), read in any range; tables of
+    two different types, or whose rows a plan computes, stay float."""
+    from mobius.weights import concat
+    from mobius.weights.quantize import QuantScheme, _stored_blocks, row_segments
+
+    E, inter, H = 3, 8, 64
+    gate, up = (RNG.standard_normal((E, inter, H)).astype(np.float32) for _ in range(2))
+    path = toy_file(tmp_path / "m.gguf", [("g", gate, "Q8_0"), ("u", up, "Q8_0"),
+                                          ("o", up, "Q4_0")])  # fmt: skip
+    ckpt = open_toy(path)
+    table = concat([ref("g"), ref("u")], axis=1).transpose([0, 2, 1]).cast("float32")
+    from mobius.weights.quantize import rows_of_matmul_weight
+
+    rows = rows_of_matmul_weight(table, experts=True).reshape([E * 2 * inter, H])
+    segments = row_segments(rows, ckpt)
+    assert segments == [(n, e * inter, (e + 1) * inter) for e in range(E) for n in "gu"]
+    keep = SourceQuant(ckpt, "default")
+    scheme = keep(rows, True)
+    assert scheme == QuantScheme(bits=8, block_size=32, symmetric=True)
+    read = _stored_blocks(rows, ckpt, scheme, np.dtype(np.float32))
+    want = np.concatenate([reference(path, "g").reshape(E, inter, H),
+                           reference(path, "u").reshape(E, inter, H)], axis=1)  # fmt: skip
+    want = want.reshape(-1, H)
+    for lo, hi in ((0, len(want)), (5, 29), (11, 12)):
+        back = dequantize_rows(read(lo, hi), H, bits=8, block_size=32)
+        np.testing.assert_array_equal(back, want[lo:hi])
+    mixed = concat([ref("g"), ref("o")], axis=1).reshape([E * 2 * inter, H])
+    assert "different types" in keep(mixed, True)
+    assert "computed" in keep(concat([ref("g"), ref("u")], axis=2).reshape([-1, H]), True)
+    assert "computed" in keep(ref("g").scale(2.0).reshape([-1, H]), True)

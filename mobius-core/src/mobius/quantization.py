@@ -38,7 +38,7 @@ from mobius.weights.quantize import (
     n_blocks,
     quantized,
     rows_of_matmul_weight,
-    source_tensor,
+    source_tensors,
     zero_point_cols,
 )
 
@@ -127,10 +127,11 @@ def check_overrides(answer: Any, where: str) -> dict[str, str]:
     return dict(answer)
 
 
-KeepScheme = Callable[[str | None, bool], "QuantScheme | str"]
+KeepScheme = Callable[[Any, bool], "QuantScheme | str"]
 """How a build that keeps a checkpoint's own quantization (a GGUF file) stores one
-initializer: called with the checkpoint tensor it is (None: a computed one) and whether
-a Gather reads it; answers the scheme, or why it stays float."""
+initializer: called with the plan expression of its ``[R, K]`` rows (a checkpoint
+tensor, or rows concatenated from several) and whether a Gather reads it; answers the
+scheme, or why it stays float."""
 
 
 def quantize_component(
@@ -194,8 +195,6 @@ def quantize_component(
             why = "no static shape"
         if why is None and "matmul" in kinds and kinds & {"matmul_t", "gather"}:
             why = "read in two orientations"
-        if why is None and experts and keep is not None and quant is None:
-            why = "a 3-D expert table (dequantized)"
         scheme: QuantScheme | None = None
         source: str | None = None
         if why is None and quant is not None:
@@ -211,10 +210,14 @@ def quantize_component(
                 )
         elif why is None and keep is not None:
             rows = entries[name]
-            if kinds == {"matmul"}:
+            if experts:
+                e, k, n = shape
+                rows = rows_of_matmul_weight(rows, experts=True).reshape([e * n, k])
+            elif kinds == {"matmul"}:
                 rows = rows_of_matmul_weight(rows)
-            source = source_tensor(rows)
-            got = keep(source, "gather" in kinds)
+            names = source_tensors(rows)
+            source = names[0] if len(names) == 1 else ", ".join(names)
+            got = keep(rows, "gather" in kinds)
             why, scheme = (got, None) if isinstance(got, str) else (None, got)
         k_axis = 1 if experts else -1
         gathered = scheme is not None and "gather" in kinds
@@ -239,6 +242,10 @@ def quantize_component(
             graph.initializers.pop(name)
             report.tensors[name] = {"ops": ["GatherBlockQuantized"], "bits": bits,
                                     "shape": [e, n, k]}  # fmt: skip
+            if keep is not None and quant is None:
+                report.tensors[name].update(
+                    block_size=block_size, zero_points=_zero_point_kind(scheme), source=source
+                )
             continue
         if kinds == {"matmul"}:
             rows_expr = rows_of_matmul_weight(rows_expr)
@@ -538,15 +545,29 @@ class SourceQuant:
         self.target = target
         self.errors = WeightErrors()
 
-    def __call__(self, tensor: str | None, gather: bool) -> QuantScheme | str:
-        if tensor is None:
+    def __call__(self, rows: Any, gather: bool) -> QuantScheme | str:
+        """The scheme of the tensor(s) the rows expression ``rows`` is made of: one
+        checkpoint tensor, or several whose rows it only moves (an expert table
+        concatenated from GGUF's gate and up tables), all kept in one scheme."""
+        from mobius.weights.quantize import row_segments
+
+        segments = row_segments(rows, self.checkpoint)
+        if not segments:
             return "computed from checkpoint tensors (dequantized)"
-        return self.checkpoint.kept_scheme(
-            tensor, target=self.target, gather=gather, errors=self.errors
-        )
+        schemes = [
+            self.checkpoint.kept_scheme(t, target=self.target, gather=gather, errors=self.errors)
+            for t in dict.fromkeys(name for name, _, _ in segments)
+        ]
+        refused = [s for s in schemes if isinstance(s, str)]
+        if refused:
+            return refused[0]
+        if any(s != schemes[0] for s in schemes):
+            return "made of tensors stored in different types (dequantized)"
+        return schemes[0]
 
     def source_type(self, tensor: str | None) -> str | None:
-        info = self.checkpoint.tensors.get(tensor) if tensor else None
+        """The GGUF type of a report's ``source`` (tensors joined by ", " share one)."""
+        info = self.checkpoint.tensors.get(tensor.split(", ")[0]) if tensor else None
         return getattr(info, "ggml_type", None)
 
     def manifest_entry(

@@ -50,6 +50,14 @@ def mobius_read_config(model_type: str, raw: dict[str, Any]):
 
 
 @hookimpl
+def mobius_gguf_translation(architecture: str, metadata, tensors):
+    """llama.cpp ``gemma4`` files, read as ``gemma4_text`` (:mod:`mobius_gemma4.gguf`)."""
+    from mobius_gemma4.gguf import translate
+
+    return translate(architecture, metadata, tensors)
+
+
+@hookimpl
 def mobius_pipeline_contract(config, options: BuildOptions):
     from mobius_gemma4.contract import pipeline_contract
 

@@ -1,13 +1,16 @@
 """Weight map of the Qwen3 ``model`` graph: core's decoder plan, plus Qwen3-MoE experts.
 
 Names, transposes and the tied head: :mod:`mobius.lm.weights`. Qwen3-MoE experts come
-in two layouts, both accepted:
+in three layouts, all accepted:
 
 - per expert (every Hub checkpoint): ``mlp.experts.{e}.{gate,up,down}_proj.weight``
   (``[I, H]``, ``[I, H]``, ``[H, I]``), stacked here into ``gate_up_proj [E, H, 2I]`` and
   ``down_proj [E, I, H]``;
 - fused (HF's in-memory layout): ``mlp.experts.gate_up_proj [E, 2I, H]`` and
-  ``mlp.experts.down_proj [E, H, I]``, transposed on their last two axes.
+  ``mlp.experts.down_proj [E, H, I]``, transposed on their last two axes;
+- stacked per projection (a ``qwen3moe`` GGUF file, :mod:`mobius_qwen3.gguf`):
+  ``mlp.experts.{gate,up}_proj.weight [E, I, H]`` (concatenated on axis 1 into HF's
+  ``gate_up_proj``) and ``mlp.experts.down_proj.weight [E, H, I]``.
 """
 
 from __future__ import annotations
@@ -27,10 +30,16 @@ def _experts(cfg: Qwen3Config, i: int, checkpoint: Checkpoint, dtype: str):
             ref(base + "gate_up_proj").transpose([0, 2, 1]).cast(dtype),
             ref(base + "down_proj").transpose([0, 2, 1]).cast(dtype),
         )
+    if base + "gate_proj.weight" in checkpoint.tensors:
+        gate_up = concat([ref(base + "gate_proj.weight"), ref(base + "up_proj.weight")], axis=1)
+        return (
+            gate_up.transpose([0, 2, 1]).cast(dtype),
+            ref(base + "down_proj.weight").transpose([0, 2, 1]).cast(dtype),
+        )
     if base + "0.gate_proj.weight" not in checkpoint.tensors:
         raise WeightPlanError(
-            f"layer {i} is a sparse MoE layer but the checkpoint has neither "
-            f"{base}0.gate_proj.weight nor {base}gate_up_proj",
+            f"layer {i} is a sparse MoE layer but the checkpoint has none of "
+            f"{base}0.gate_proj.weight, {base}gate_up_proj, {base}gate_proj.weight",
             where=str(checkpoint.root),
             fix="check mlp_only_layers / decoder_sparse_step in config.json against the "
             "checkpoint, or use a complete Qwen3-MoE checkpoint",

@@ -9,6 +9,7 @@ call (``gguf.GGUFWriter``).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Any
 import numpy as np
 
 NORMAL, CONTROL, USER_DEFINED = 1, 3, 4
+K_QUANT_ROW = 256
+"""Values per K-quant super-block: a Q4_K row length is a multiple of it."""
 
 
 def encode(array: np.ndarray, ggml_type: str) -> tuple[np.ndarray, str]:
@@ -32,6 +35,104 @@ def encode(array: np.ndarray, ggml_type: str) -> tuple[np.ndarray, str]:
         ggml_type = "F32"
     qtype = gguf.GGMLQuantizationType[ggml_type]
     return gguf.quants.quantize(array, qtype), ggml_type
+
+
+def q4_k_blocks(shape: tuple[int, ...], rng: np.random.Generator, spread: float) -> np.ndarray:
+    """Random Q4_K blocks of a tensor of ``shape`` (rows a multiple of 256 long), as
+    uint8 ``[..., row bytes]`` for :func:`encode` / :func:`write_gguf`: gguf has no Q4_K
+    quantizer, so the blocks are made here (random 4-bit levels and 6-bit sub-scales and
+    minimums, fp16 super-scales chosen so that values lie within about ±``spread``);
+    ``gguf.quants.dequantize`` gives the values they hold."""
+    import gguf
+
+    if shape[-1] % K_QUANT_ROW:
+        raise ValueError(f"Q4_K rows are multiples of {K_QUANT_ROW} values, got {list(shape)}")
+    size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q4_K][1]
+    blocks = int(np.prod(shape)) // K_QUANT_ROW
+    raw = rng.integers(0, 256, size=(blocks, size), dtype=np.uint8)
+    # d · sc · q − dmin · m with sc, m < 64 and q < 16: the sub-block ranges centre near 0
+    d = np.full((blocks, 1), spread / (63 * 15), np.float16)
+    raw[:, 0:2] = d.view(np.uint8)
+    raw[:, 2:4] = (d * np.float16(7.5)).view(np.uint8)
+    return raw.reshape(*shape[:-1], shape[-1] // K_QUANT_ROW * size)
+
+
+def llamacpp_name(architecture: str, hf_name: str, blocks: int) -> str:
+    """The name llama.cpp's converter gives HF tensor ``hf_name`` in a file of
+    ``architecture`` (gguf-py's own tensor map, ``gguf.get_tensor_name_map``: the table
+    convert_hf_to_gguf.py maps with). The converter appends ``.weight`` to a bare
+    parameter name (Gemma 4's ``layer_scalar``); so does this."""
+    if not hf_name.endswith((".weight", ".bias")):
+        hf_name += ".weight"
+    name = _tensor_map(architecture, blocks).get_name(hf_name, try_suffixes=(".weight", ".bias"))
+    if name is None:
+        raise KeyError(f"gguf-py maps no {architecture} tensor {hf_name!r}")
+    return name
+
+
+@functools.cache
+def _tensor_map(architecture: str, blocks: int) -> Any:
+    import gguf
+
+    (arch,) = [a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == architecture]
+    return gguf.get_tensor_name_map(arch, blocks)
+
+
+def fitting_type(ggml_type: str, row: int) -> str:
+    """``ggml_type``, or what llama.cpp's quantizer falls back to for a row length its
+    blocks do not divide: Q8_0 for a K-quant (rows of 32), F16 otherwise."""
+    import gguf
+
+    block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[ggml_type]][0]
+    if row % block == 0:
+        return ggml_type
+    return "Q8_0" if block == K_QUANT_ROW and row % 32 == 0 else "F16"
+
+
+def write_gguf_dequantized(
+    path: Path,
+    architecture: str,
+    metadata: Mapping[str, Any],
+    tensors: Iterable[tuple[str, np.ndarray, str]],
+    rng: np.random.Generator,
+) -> dict[str, np.ndarray]:
+    """:func:`write_gguf` with each matrix in its :func:`fitting_type` (Q4_K ones as
+    :func:`q4_k_blocks` spread like the tensor); returns gguf's own dequantization
+    (``gguf.quants.dequantize``, float32, the tensor's shape) of every tensor written,
+    the values a package built from the file must compute with."""
+    import gguf
+
+    written, back = [], {}
+    for name, array, ggml_type in tensors:
+        if array.ndim > 1 and array.dtype != np.uint8:
+            ggml_type = fitting_type(ggml_type, array.shape[-1])
+            if ggml_type == "Q4_K":
+                array = q4_k_blocks(array.shape, rng, float(np.abs(array).max()))
+        data, kind = encode(array, ggml_type)
+        values = gguf.quants.dequantize(data, gguf.GGMLQuantizationType[kind])
+        back[name] = values.astype(np.float32).reshape(*data.shape[:-1], -1)
+        written.append((name, data if data.dtype == np.uint8 else array, kind))
+    write_gguf(path, architecture, metadata, written)
+    return back
+
+
+def write_checkpoint(
+    folder: Path, config: Mapping[str, Any], weights: Mapping[str, np.ndarray], like: Path
+) -> Path:
+    """A safetensors checkpoint folder: ``config``, ``weights`` and the tokenizer, chat
+    template and generation config files of checkpoint ``like``."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(dict(config), indent=1), encoding="utf-8")
+    save_file(dict(weights), str(folder / "model.safetensors"))
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                 "chat_template.jinja"):  # fmt: skip
+        if (like / name).is_file():
+            shutil.copy(like / name, folder / name)
+    return folder
 
 
 def gpt2_tokenizer_metadata(folder: Path, pre: str) -> dict[str, Any]:

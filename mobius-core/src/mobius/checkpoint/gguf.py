@@ -685,7 +685,7 @@ class GGUFCheckpoint(Checkpoint):
         kind = info.ggml_type
         if kind in _PLAIN:
             return f"stored {kind}"
-        if len(info.shape) != 2:
+        if len(info.shape) < 2:
             return f"{kind}: {len(info.shape)}-D (dequantized)"
         if not all(t.moves_rows for t in info.transforms):
             return f"{kind}: a transform changes its values (dequantized)"
@@ -730,7 +730,7 @@ class GGUFCheckpoint(Checkpoint):
             form != wanted
             or scheme.symmetric != (not form[2])
             or not all(t.moves_rows for t in info.transforms)
-            or len(info.shape) != 2
+            or len(info.shape) < 2
             or np.dtype(scale_dtype) not in (np.dtype(np.float32), np.dtype(np.float16))
         ):
             return None

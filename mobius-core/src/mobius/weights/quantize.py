@@ -48,7 +48,7 @@ import numpy as np
 from mobius.errors import WeightPlanError
 from mobius.records import BLOCK_SIZES
 from mobius.weights.dtypes import FLOATS, NUMPY_DTYPES, Shape
-from mobius.weights.expr import TensorExpr, _Cast, _Ref, _Transpose
+from mobius.weights.expr import TensorExpr, _Cast, _Concat, _Ref, _Reshape, _Transpose
 
 if TYPE_CHECKING:
     from mobius.checkpoint import Checkpoint
@@ -353,15 +353,103 @@ def source_tensor(rows: TensorExpr) -> str | None:
     return None if flips % 2 else expr.name
 
 
+def source_tensors(rows: TensorExpr) -> list[str]:
+    """Every checkpoint tensor ``rows`` reads, in order, each once (the manifest's
+    ``source`` of a kept table: one name, or the tensors a table is concatenated from)."""
+    return list(dict.fromkeys(rows.refs()))
+
+
+Segment = tuple[str, int, int]
+"""``(checkpoint tensor, first row, stop row)``: rows of a tensor with its leading axes
+flattened (a ``[E, I, H]`` expert table has ``E·I`` rows of ``H``)."""
+
+
+def row_segments(rows: TensorExpr, checkpoint: Any) -> list[Segment] | None:
+    """Where each row of the ``[R, K]`` expression ``rows`` comes from, as runs of rows of
+    checkpoint tensors in order, when ``rows`` only moves whole rows: a tensor, float
+    casts, swaps of the last two axes that undo each other, reshapes that keep the row
+    length, and concatenations along an axis other than the last (HF's fused
+    ``gate_up_proj [E, 2I, H]`` from llama.cpp's ``[E, I, H]`` gate and up tables); None
+    otherwise (a computed tensor). Shapes only: nothing is read."""
+    return _segments(rows, checkpoint, flipped=False)
+
+
+def _segments(expr: TensorExpr, checkpoint: Any, flipped: bool) -> list[Segment] | None:
+    if isinstance(expr, _Cast):
+        _, src = expr.src.shape_dtype(checkpoint)
+        return _segments(expr.src, checkpoint, flipped) if src in FLOATS else None
+    if isinstance(expr, _Transpose):
+        rank = len(expr.src.shape_dtype(checkpoint)[0])
+        if rank < 2 or expr._perm(rank) != (*range(rank - 2), rank - 1, rank - 2):
+            return None
+        return _segments(expr.src, checkpoint, not flipped)
+    if flipped:  # an odd number of swaps: rows are columns here
+        return None
+    shape, _ = expr.shape_dtype(checkpoint)
+    if isinstance(expr, _Ref):
+        return [(expr.name, 0, math.prod(shape[:-1]))] if len(shape) >= 2 else None
+    if isinstance(expr, _Reshape):
+        src, _ = expr.src.shape_dtype(checkpoint)
+        if len(shape) < 2 or not src or src[-1] != shape[-1]:
+            return None
+        return _segments(expr.src, checkpoint, False)
+    if isinstance(expr, _Concat):
+        axis = expr.axis % len(shape)
+        if axis == len(shape) - 1:
+            return None
+        parts = []
+        for part in expr.parts:
+            segments = _segments(part, checkpoint, False)
+            if segments is None:
+                return None
+            parts.append((segments, math.prod(part.shape_dtype(checkpoint)[0][axis:-1])))
+        out: list[Segment] = []
+        for outer in range(math.prod(shape[:axis])):
+            for segments, inner in parts:
+                out.extend(_cut(segments, outer * inner, (outer + 1) * inner))
+        return out
+    return None
+
+
+def _cut(segments: list[Segment], first: int, stop: int) -> list[Segment]:
+    """Rows ``first:stop`` of the rows ``segments`` lay out one after another."""
+    out, pos = [], 0
+    for name, a, b in segments:
+        lo, hi = max(first, pos), min(stop, pos + b - a)
+        if lo < hi:
+            out.append((name, a + lo - pos, a + hi - pos))
+        pos += b - a
+    return out
+
+
 def _stored_blocks(rows: TensorExpr, checkpoint: Any, scheme: Any, scale_dtype: np.dtype):
     """A reader ``(r0, r1) -> QuantizedRows`` of rows the checkpoint already holds
-    quantized in exactly ``scheme`` (a GGUF tensor whose blocks are that scheme: see
-    ``GGUFCheckpoint.stored_quantized``), or None."""
+    quantized in exactly ``scheme`` (GGUF tensors whose blocks are that scheme: see
+    ``GGUFCheckpoint.stored_quantized``; a table concatenated from several, by
+    :func:`row_segments`), or None."""
     take = getattr(checkpoint, "stored_quantized", None)
-    name = source_tensor(rows)
-    if take is None or name is None:
+    segments = row_segments(rows, checkpoint) if take is not None else None
+    if not segments:
         return None
-    return take(name, scheme, scale_dtype)
+    readers = {}
+    for name in dict.fromkeys(name for name, _, _ in segments):
+        readers[name] = take(name, scheme, scale_dtype)
+        if readers[name] is None:
+            return None
+    if len(segments) == 1:
+        (name, base, _), read = segments[0], readers[segments[0][0]]
+        return lambda r0, r1: read(base + r0, base + r1)
+
+    def read_rows(r0: int, r1: int) -> QuantizedRows:
+        parts = [readers[name](a, b) for name, a, b in _cut(segments, r0, r1)]
+        zps = [p.zero_points for p in parts]
+        return QuantizedRows(
+            np.concatenate([p.packed for p in parts]),
+            np.concatenate([p.scales for p in parts]),
+            None if zps[0] is None else np.concatenate(zps),
+        )
+
+    return read_rows
 
 
 @dataclass(eq=False)
@@ -614,6 +702,12 @@ def rows_of_matmul_weight(expr: TensorExpr, *, experts: bool = False) -> TensorE
     ``experts``: the same per expert for a stacked ``[E, K, N]`` table (``[E, N, K]``).
     """
     swap = (0, 2, 1) if experts else (1, 0)
-    if isinstance(expr, _Transpose) and (expr.perm == swap or (not experts and expr.perm is None)):
-        return expr.src
+
+    def swaps(e: TensorExpr) -> bool:
+        return isinstance(e, _Transpose) and (e.perm == swap or (not experts and e.perm is None))
+
+    if swaps(expr):
+        return expr.src  # type: ignore[attr-defined]
+    if isinstance(expr, _Cast) and swaps(expr.src):  # hf_linear: x.transpose().cast(dtype)
+        return _Cast(expr.src.src, expr.dtype)  # type: ignore[attr-defined]
     return expr.transpose(list(swap))
