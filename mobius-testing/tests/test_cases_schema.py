@@ -62,8 +62,13 @@ def test_valid_case_loads_with_defaults(tmp_path):
     ],
 )
 def test_schema_errors_name_file_and_field(tmp_path, old, new, field, message):
-    assert old in VALID
-    path = write(tmp_path, VALID.replace(old, new, 1))
+    assert_schema_error(tmp_path, VALID, old, new, field, message)
+
+
+def assert_schema_error(tmp_path, base, old, new, field, message):
+    """``base`` with ``old`` replaced by ``new`` fails naming the file, ``field``, ``message``."""
+    assert old in base
+    path = write(tmp_path, base.replace(old, new, 1))
     with pytest.raises(CaseError) as err:
         load_case(path)
     text = str(err.value)
@@ -164,13 +169,7 @@ def test_gguf_case_is_pinned_by_sha256_and_keeps_the_quantization(tmp_path, real
     ],
 )  # fmt: skip
 def test_gguf_schema_errors_name_file_and_field(tmp_path, old, new, field, message):
-    assert old in GGUF
-    path = write(tmp_path, GGUF.replace(old, new, 1))
-    with pytest.raises(CaseError) as err:
-        load_case(path)
-    text = str(err.value)
-    assert f"{path}: field '{field}'" in text, text
-    assert message in text
+    assert_schema_error(tmp_path, GGUF, old, new, field, message)
 
 
 def test_absent_gguf_skips_saying_how_to_get_it(tmp_path, real_env):
