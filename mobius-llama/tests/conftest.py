@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from mobius_testing import lm_parity
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -23,3 +25,9 @@ TESTDATA = REPO / "testdata"
 pytest_collection_modifyitems, parity_ids, reference_cache = lm_parity.family_fixtures(
     "llama", Path(__file__).parent, SPECS, MAX_PROMPT_ID
 )
+
+
+@pytest.hookimpl(trylast=True)  # after mobius-testing's plugin made the harness state
+def pytest_configure(config):
+    # the real tests and the golden case items of cases/ share one measured build per package
+    lm_parity.measure_harness_builds(config)

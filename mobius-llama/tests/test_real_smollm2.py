@@ -3,15 +3,16 @@
 
 Run by ``tox -e real``, which fetches and sha256-checks the file into a cache
 (``.ci/fetch_real.py``) and points ``MOBIUS_REAL_MODELS`` at it; marked ``real``, so the
-other envs deselect these tests. Per package (``--dtype f32`` and the default build):
-3 prompts (one code), logits at every position (prefill, then cached steps) within 2e-3
-of HF's, top-1 equal everywhere, 24 greedy ids equal HF ``generate``'s. Then the prompt
+other envs deselect these tests. The file is the one ``cases/`` pins; the two packages
+are the harness's session builds, which its golden case items check too. Per package
+(``--dtype f32`` and the default build): 3 prompts (one code), logits at every
+position (prefill, then cached steps) within 2e-3 of HF's, top-1 equal everywhere, 24
+greedy ids equal HF ``generate``'s. Then the prompt
 ids, the tokenizer on hard text, the chat template's ids, and a true answer.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,6 @@ from mobius_testing import lm_parity as lp
 
 pytestmark = pytest.mark.real
 
-FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MOBIUS = str(Path(sys.executable).parent / "mobius")
 PROMPTS = [
     "The history of the Roman Empire began",
@@ -41,17 +41,16 @@ HARD_TEXTS = [
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
+CASE = Path(__file__).parent / "cases" / "smollm2-135m-instruct-q4_1.case.toml"
+"""The golden case of the same file: it pins the file's name and sha256 (one source)."""
+
+
 @pytest.fixture(scope="module")
 def gguf_file() -> Path:
-    folder = os.environ.get("MOBIUS_REAL_MODELS")
-    if not folder:
-        pytest.skip("MOBIUS_REAL_MODELS is unset: run `tox -e real` (it fetches the file)")
-    path = Path(folder) / FILE
-    assert path.is_file(), f"{path} is missing: run python .ci/fetch_real.py {folder}"
-    return path
+    return lp.real_gguf(CASE)
 
 
-BUILDS = {"f32": ["--dtype", "f32"], "default": []}
+BUILDS = {"f32": "f32", "default": None}
 """The dequantized package and the one keeping the file's blocks (Q4_1 as MatMulNBits
 int4 with float zero points, the Q8_0 tied embedding as int8 for both ops)."""
 MAX_RATIO = 1.25
@@ -59,16 +58,9 @@ MAX_BUILD_RSS = 1 << 30
 
 
 @pytest.fixture(scope="module")
-def builds(gguf_file, tmp_path_factory) -> dict[str, lp.MeasuredBuild]:
-    root = tmp_path_factory.mktemp("smollm2")
-    out = {}
-    for label, extra in BUILDS.items():
-        out[label] = done = lp.measured_build(gguf_file, root / label, *extra)
-        ratio = done.package_bytes / gguf_file.stat().st_size
-        print(f"\n[smollm2 {label}] build {done.seconds:.1f} s, peak RSS "
-              f"{done.peak_rss / 2**20:.0f} MiB, package {done.package_bytes:,} bytes = "
-              f"{ratio:.3f}x the GGUF file")  # fmt: skip
-    return out
+def builds(gguf_file, pytestconfig) -> dict[str, lp.MeasuredBuild]:
+    """Built once per session by the harness (shared with the golden case items)."""
+    return lp.real_builds(pytestconfig, gguf_file, BUILDS, "smollm2")
 
 
 @pytest.fixture(scope="module")

@@ -62,8 +62,13 @@ def test_valid_case_loads_with_defaults(tmp_path):
     ],
 )
 def test_schema_errors_name_file_and_field(tmp_path, old, new, field, message):
-    assert old in VALID
-    path = write(tmp_path, VALID.replace(old, new, 1))
+    assert_schema_error(tmp_path, VALID, old, new, field, message)
+
+
+def assert_schema_error(tmp_path, base, old, new, field, message):
+    """``base`` with ``old`` replaced by ``new`` fails naming the file, ``field``, ``message``."""
+    assert old in base
+    path = write(tmp_path, base.replace(old, new, 1))
     with pytest.raises(CaseError) as err:
         load_case(path)
     text = str(err.value)
@@ -111,3 +116,148 @@ def test_the_gemma4_case_files_are_valid():
     }
     assert all(c.gpu for c in real)
     assert any(c.local and c.skip_reason() is None for c in cases)
+
+
+SHA = "ab" * 32
+GGUF = f'''
+family = "demo"
+gguf = "demo.Q4_1.gguf"
+sha256 = "{SHA}"
+task = "text-generation"
+levels = ["l4", "l5"]
+[inputs]
+prompt = "hi"
+'''
+
+
+@pytest.fixture
+def real_env(monkeypatch, tmp_path):
+    """No real-model folder and no requirement, whatever the caller's environment."""
+    from mobius_testing import cases
+
+    for var in (*cases.REAL_FOLDERS, cases.REAL_REQUIRED):
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+def test_gguf_case_is_pinned_by_sha256_and_keeps_the_quantization(tmp_path, real_env):
+    case = load_case(write(tmp_path, GGUF))
+    assert case.gguf and case.gguf_sha256 == SHA and not case.unpinned
+    assert case.source == "demo.Q4_1.gguf" and case.revision is None
+    assert case.dtype is None and case.dtype_label == "kept" and case.gpu is False
+    assert case.reference_dtype == "f32" and case.tolerances.logits_atol == 0.02
+    text = GGUF.replace("[inputs]", 'dtype = "f16"\nreference_dtype = "f16"\n[inputs]')
+    f16 = load_case(write(tmp_path, text, "h.case.toml"))
+    assert f16.dtype == "f16" and f16.reference_dtype == "f16"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "message"),
+    [
+        ('gguf = "demo.Q4_1.gguf"', 'gguf = "../x/demo.gguf"', "gguf", "not a plain .gguf"),
+        ('gguf = "demo.Q4_1.gguf"', 'gguf = "demo.bin"', "gguf", "not a plain .gguf"),
+        (f'sha256 = "{SHA}"', 'sha256 = "abc"', "sha256", "is not a sha256"),
+        (f'sha256 = "{SHA}"', f'sha256 = "{SHA.upper()}"', "sha256", "is not a sha256"),
+        (f'sha256 = "{SHA}"\n', "", "sha256", "required field is missing"),
+        (f'sha256 = "{SHA}"', f'sha256 = "{SHA}"\nrevision = "{COMMIT}"', "revision",
+         "pinned by its sha256"),
+        ('gguf = "demo.Q4_1.gguf"', 'gguf = "d.gguf"\nmodel = "o/m"', "model", "exactly one"),
+        ('gguf = "demo.Q4_1.gguf"\n', 'model = "o/m"\nrevision = "unpinned"\n', "sha256",
+         "only a 'gguf' case"),
+        ('task = "text-generation"', 'task = "text-generation"\nreference_dtype = "fp8"',
+         "reference_dtype", "not one of"),
+    ],
+)  # fmt: skip
+def test_gguf_schema_errors_name_file_and_field(tmp_path, old, new, field, message):
+    assert_schema_error(tmp_path, GGUF, old, new, field, message)
+
+
+def test_absent_gguf_skips_saying_how_to_get_it(tmp_path, real_env):
+    case = load_case(write(tmp_path, GGUF))
+    reason = case.skip_reason()
+    assert "demo.Q4_1.gguf is not here" in reason and "tox -e real-demo" in reason
+    assert "MOBIUS_REAL_MODELS" in reason and SHA in reason
+    real_env.setenv("MOBIUS_REAL_MODELS", str(tmp_path / "models"))
+    assert f"MOBIUS_REAL_MODELS={tmp_path / 'models'}" in case.skip_reason()
+    with pytest.raises(CaseError, match="was not found"):
+        case.build_source()
+
+
+def test_absent_gguf_fails_where_it_is_required(tmp_path, real_env):
+    real_env.setenv("MOBIUS_REAL_REQUIRED", "1")
+    case = load_case(write(tmp_path, GGUF))
+    with pytest.raises(CaseError, match="MOBIUS_REAL_REQUIRED is set") as err:
+        case.skip_reason()
+    assert "tox -e real-demo" in str(err.value)
+
+
+def test_gguf_found_in_either_folder_with_its_sha256(tmp_path, real_env):
+    import hashlib
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    data = b"GGUF" + bytes(100)
+    (cache / "demo.Q4_1.gguf").write_bytes(data)
+    real_env.setenv("MOBIUS_REAL_MODELS", str(tmp_path / "nothing-here"))
+    real_env.setenv("MOBIUS_REAL_CACHE", str(cache))
+    real_env.setenv("MOBIUS_REAL_REQUIRED", "1")
+    good = GGUF.replace(SHA, hashlib.sha256(data).hexdigest())
+    case = load_case(write(tmp_path, good))
+    assert case.skip_reason() is None
+    assert case.build_source() == str(cache / "demo.Q4_1.gguf")
+
+
+def test_gguf_with_another_sha256_fails_never_skips(tmp_path, real_env):
+    (tmp_path / "demo.Q4_1.gguf").write_bytes(b"GGUF not the pinned file")
+    real_env.setenv("MOBIUS_REAL_MODELS", str(tmp_path))
+    case = load_case(write(tmp_path, GGUF))
+    for call in (case.skip_reason, case.build_source):
+        with pytest.raises(CaseError, match=f"the case pins {SHA}") as err:
+            call()
+        assert str(tmp_path / "demo.Q4_1.gguf") in str(err.value)
+
+
+def test_the_real_model_case_files_are_valid_and_pin_the_fetched_files():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fetch_real", REPO / ".ci" / "fetch_real.py")
+    fetch_real = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fetch_real)
+    files = find_cases([REPO / "mobius-llama" / "tests" / "cases",
+                        REPO / "mobius-gemma3" / "tests" / "cases"])  # fmt: skip
+    cases = [load_case(f) for f in files]
+    assert {c.family for c in cases} == {"llama", "gemma3"} and len(cases) >= 4
+    for case in cases:
+        assert case.gguf and fetch_real.MODELS[case.source]["sha256"] == case.gguf_sha256
+        assert (case.dtype, case.reference_dtype, case.gpu) in (
+            (None, "f32", False),
+            ("f16", "f16", True),
+        )
+        golden_dir = case.file.parent / "goldens"
+        for level in case.levels:
+            assert (golden_dir / f"{case.id}.{level}.json").is_file(), (case.id, level)
+
+
+def test_regen_refuses_a_reference_whose_logits_are_not_finite(tmp_path):
+    import numpy as np
+
+    from mobius_testing.golden import Inputs
+    from mobius_testing.reference import ReferenceError
+    from mobius_testing.regen import regen_case
+
+    class Overflowing:  # what HF's Gemma 3 does in float16
+        def inputs(self, case):
+            return Inputs((2, 3))
+
+        def provenance(self, case):
+            return {}
+
+        def prefill_logits(self, inputs):
+            return np.array([[0.0, 1.0], [np.nan, np.nan]])
+
+    text = GGUF.replace("[inputs]", 'dtype = "f16"\nreference_dtype = "f16"\n[inputs]')
+    case = load_case(write(tmp_path, text))
+    with pytest.raises(ReferenceError, match="not finite") as err:
+        regen_case(case, reference=Overflowing())
+    assert "reference_dtype 'f16'" in str(err.value)
+    assert not (tmp_path / "goldens").exists()

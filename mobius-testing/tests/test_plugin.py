@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -252,3 +253,79 @@ def test_no_case_files_no_case_summary(pytester):
     result = pytester.runpytest("--device", "cpu")
     result.assert_outcomes(passed=1)
     assert "mobius golden cases" not in result.stdout.str()
+
+
+# ---------------------------------------------------------------------- GGUF cases
+
+GGUF_DATA = b"GGUF stand-in bytes"
+
+
+def make_gguf_project(pytester, monkeypatch, *, golden_sha=None, file=True) -> Path:
+    """A ``gguf`` case whose file lies in $MOBIUS_REAL_MODELS (fake pipeline, as above)."""
+    import hashlib
+
+    make_case_project(pytester, goldens=False)
+    (pytester.path / "fake.case.toml").unlink()
+    sha = hashlib.sha256(GGUF_DATA).hexdigest()
+    models = pytester.path / "models"
+    models.mkdir()
+    if file:
+        (models / "m.gguf").write_bytes(GGUF_DATA)
+    for var in ("MOBIUS_REAL_CACHE", "MOBIUS_REAL_REQUIRED"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MOBIUS_REAL_MODELS", str(models))
+    case = pytester.path / "g.case.toml"
+    text = CASE.format(min_margin=0.05).replace(
+        'path = "ckpt"', f'gguf = "m.gguf"\nsha256 = "{sha}"'
+    )
+    case.write_text(text.replace('dtype = "f32"\n', ""))
+    gdir = pytester.path / "goldens"
+    logits = FakePipeline(TABLE).forward([list(PROMPT)])["logits"]
+    prov = {"sha256": golden_sha or sha, "reference_dtype": "float32"}
+    write_l4(gdir, l4_from_logits("g", Inputs(PROMPT), logits, 5, prov))
+    golden5 = l5_golden([12, 13, 14, 15], case="g")
+    write_l5(gdir, dataclasses.replace(golden5, provenance=prov))
+    return case
+
+
+def test_gguf_case_items_run_marked_real(pytester, monkeypatch):
+    make_gguf_project(pytester, monkeypatch)
+    result = pytester.runpytest("--device", "cpu", "-v", "-m", "real")
+    result.assert_outcomes(passed=2)
+    result = pytester.runpytest("--device", "cpu", "-m", "not real")
+    result.assert_outcomes(deselected=2)
+
+
+def test_gguf_golden_made_from_another_file_fails(pytester, monkeypatch):
+    make_gguf_project(pytester, monkeypatch, golden_sha="cd" * 32)
+    result = pytester.runpytest("--device", "cpu", "g.case.toml::l4")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*made for sha256 '{'cd' * 32}' but the case pins*"])
+
+
+def test_absent_gguf_skips_or_fails_where_required(pytester, monkeypatch):
+    make_gguf_project(pytester, monkeypatch, file=False)
+    result = pytester.runpytest("--device", "cpu", "-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*m.gguf is not here*tox -e real-fake*"])
+    monkeypatch.setenv("MOBIUS_REAL_REQUIRED", "1")
+    result = pytester.runpytest("--device", "cpu")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*case cannot run here*", "*MOBIUS_REAL_REQUIRED is set*"])
+
+
+def test_build_cache_keeps_the_builders_record_once_per_key(tmp_path):
+    from mobius_testing.runner import BuildCache
+
+    calls = []
+
+    def builder(source, out, *, dtype, target, revision):
+        calls.append((source, dtype))
+        return f"record {len(calls)}"
+
+    cache = BuildCache(tmp_path, builder)
+    kept = cache.build("x.gguf", dtype=None)
+    assert cache.build("x.gguf", dtype=None) == kept and "kept" in kept.name
+    f32 = cache.build("x.gguf", dtype="f32")
+    assert calls == [("x.gguf", None), ("x.gguf", "f32")] and len(cache) == 2
+    assert cache.records == {kept: "record 1", f32: "record 2"}

@@ -9,11 +9,15 @@ the harness adds no YAML dependency.
 Schema (every key not listed is an error, so a typo never silently does nothing)::
 
     family = "gemma4"                  # required: the family the case belongs to (--families)
-    model = "google/gemma-4-E2B-it"    # exactly one of model (Hub id) or path (folder,
-    path = "../../testdata/tiny"       #   relative to the case file)
+    model = "google/gemma-4-E2B-it"    # exactly one of model (Hub id), path (folder,
+    path = "../../testdata/tiny"       #   relative to the case file) or gguf (a file name,
+    gguf = "model.Q4_1.gguf"           #   looked up in the real-model folders, see below)
     revision = "<40 hex>"              # required with model: the pinned commit, or "unpinned"
+    sha256 = "<64 hex>"                # required with gguf: the file's pinned sha256
     task = "text-generation"           # one of TASKS
-    dtype = "f32"                      # build dtype: f32 | f16 | bf16
+    dtype = "f32"                      # build dtype: f32 | f16 | bf16; a gguf case may leave
+                                       #   it out: the package keeps the file's quantization
+    reference_dtype = "f32"            # optional: the dtype HF's reference runs in for regen
     target = "default"                 # optional build target: default | cpu | cuda
     levels = ["l4", "l5"]              # which goldens the case has
     size = "small"                     # optional shard: tiny | small | medium | large
@@ -36,10 +40,21 @@ Schema (every key not listed is an error, so a typo never silently does nothing)
 ``revision = "unpinned"`` is the explicit "we could not pin a commit" policy: such a
 case is collected and listed, and always skips with the reason "no pinned revision /
 weights unavailable" until someone pins a commit and regenerates its goldens.
+
+A ``gguf`` case is pinned by the file's sha256. The file is looked up by name in the
+folders ``$MOBIUS_REAL_MODELS`` and ``$MOBIUS_REAL_CACHE`` name (``tox -e real-<family>``
+sets both and fetches the file, ``.ci/fetch_real.py``). A file found there with another
+sha256 is an error, never a skip. A file found nowhere skips the case with a reason
+saying how to get it, unless ``$MOBIUS_REAL_REQUIRED`` is set (the real envs set it):
+then it is an error too, so an env whose job is to run these cases cannot pass having
+run none of them.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
@@ -57,11 +72,19 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 CASE_SUFFIX = ".case.toml"
 TASKS = ("text-generation", "image-text-to-text", "audio-text-to-text", "any-to-any")
 DTYPES = ("f32", "f16", "bf16")
+TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+"""A case dtype as torch names it (the reference's ``reference_dtype`` in provenance)."""
 TARGETS = ("default", "cpu", "cuda")
 LEVELS = ("l4", "l5")
 SIZES = ("tiny", "small", "medium", "large")
 UNPINNED = "unpinned"
+REAL_FOLDERS = ("MOBIUS_REAL_MODELS", "MOBIUS_REAL_CACHE")
+"""Environment variables naming the folders a ``gguf`` case's file is looked up in."""
+REAL_REQUIRED = "MOBIUS_REAL_REQUIRED"
+"""Set (non-empty) where a ``gguf`` case's file must be present: the real tox envs."""
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_GGUF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*\.gguf$")
 _CASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 DEFAULT_TOLERANCES: Mapping[str, Mapping[str, float]] = {
@@ -93,9 +116,12 @@ _TOP_KEYS = {
     "family",
     "model",
     "path",
+    "gguf",
     "revision",
+    "sha256",
     "task",
     "dtype",
+    "reference_dtype",
     "target",
     "levels",
     "size",
@@ -132,11 +158,11 @@ class Case:
     id: str
     file: Path
     family: str
-    source: str  # Hub id or absolute folder path
+    source: str  # Hub id, absolute folder path, or the GGUF file name
     local: bool
-    revision: str | None  # 40-hex commit; None for local folders and "unpinned" cases
+    revision: str | None  # 40-hex commit; None for local folders, GGUF and "unpinned" cases
     task: str
-    dtype: str
+    dtype: str | None  # None: a GGUF case keeping the file's quantization
     target: str
     levels: tuple[str, ...]
     size: str
@@ -148,16 +174,52 @@ class Case:
     audio: tuple[Path, ...]
     tolerances: Tolerances
     max_new_tokens: int
+    gguf_sha256: str | None = None  # set for a GGUF case (source is then the file name)
+    reference_dtype: str = "f32"
     raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
 
     @property
+    def gguf(self) -> bool:
+        return self.gguf_sha256 is not None
+
+    @property
     def unpinned(self) -> bool:
-        return not self.local and self.revision is None
+        return not self.local and not self.gguf and self.revision is None
+
+    @property
+    def dtype_label(self) -> str:
+        """The build dtype, or ``kept`` for a GGUF case keeping its quantization."""
+        return self.dtype or "kept"
+
+    def build_source(self) -> str:
+        """What to build: the Hub id, the folder, or the located and checked GGUF file."""
+        if not self.gguf:
+            return self.source
+        path = locate_gguf(self)
+        if path is None:
+            raise CaseError(
+                f"GGUF file {self.source} was not found ({_where_looked()})",
+                where=str(self.file),
+                fix=_how_to_get(self),
+            )
+        return str(path)
 
     def skip_reason(self) -> str | None:
-        """Why this case cannot run whatever the machine, or None."""
+        """Why this case cannot run whatever the machine, or None.
+
+        A GGUF case whose file is present with another sha256, or absent where
+        ``$MOBIUS_REAL_REQUIRED`` is set, raises :class:`CaseError` instead."""
         if self.skip:
             return self.skip
+        if self.gguf and locate_gguf(self) is None:
+            what = f"GGUF file {self.source} is not here ({_where_looked()})"
+            if os.environ.get(REAL_REQUIRED):
+                raise CaseError(
+                    f"{what} but ${REAL_REQUIRED} is set: this env must run the case",
+                    where=str(self.file),
+                    fix=_how_to_get(self),
+                )
+            return f"{what}; to run it: {_how_to_get(self)}"
         if self.unpinned:
             return (
                 f"no pinned revision / weights unavailable for {self.source} "
@@ -170,6 +232,59 @@ class Case:
             if not media.is_file():
                 return f"media file {media} is missing"
         return None
+
+
+def real_folders() -> list[Path]:
+    """The folders named by :data:`REAL_FOLDERS` that are set, in that order."""
+    return [Path(os.environ[v]) for v in REAL_FOLDERS if os.environ.get(v)]
+
+
+def locate_gguf(case: Case) -> Path | None:
+    """The GGUF file of ``case`` in the real-model folders, its sha256 checked; None when
+    absent. A file of that name with another sha256 raises :class:`CaseError`."""
+    for folder in real_folders():
+        path = (folder / case.source).resolve()
+        if not path.is_file():
+            continue
+        stat = path.stat()
+        got = file_sha256(path, stat.st_size, stat.st_mtime_ns)
+        if got != case.gguf_sha256:
+            raise CaseError(
+                f"GGUF file has sha256 {got}, the case pins {case.gguf_sha256}",
+                where=f"{path} (case {case.file})",
+                fix="delete the file and fetch it again (tox -e real-"
+                f"{case.family} does); if the case's pin is outdated, re-pin it and run "
+                "`mobius golden regen` on the new file",
+            )
+        return path
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def file_sha256(path: Path, size: int, mtime_ns: int) -> str:
+    """sha256 of a file, cached per (path, size, mtime) so a session hashes it once."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _where_looked() -> str:
+    looked = [f"${v}={os.environ[v]}" for v in REAL_FOLDERS if os.environ.get(v)]
+    return (
+        "looked in " + ", ".join(looked)
+        if looked
+        else " and ".join(f"${v}" for v in REAL_FOLDERS) + " are unset"
+    )
+
+
+def _how_to_get(case: Case) -> str:
+    return (
+        f"run `tox -e real-{case.family}` (it fetches {case.source} and sets "
+        f"{' / '.join(REAL_FOLDERS)}), or put the file (sha256 {case.gguf_sha256}) in a "
+        f"folder and set {REAL_FOLDERS[0]} to it"
+    )
 
 
 def case_id_of(file: Path) -> str:
@@ -203,10 +318,33 @@ def validate_case(raw: Mapping[str, Any], path: Path) -> Case:
     family = v.string(raw, "family", required=True)
     model = v.string(raw, "model")
     folder = v.string(raw, "path")
-    if (model is None) == (folder is None):
-        v.fail("model", "exactly one of 'model' (Hub id) or 'path' (local folder) is required")
+    gguf_name = v.string(raw, "gguf")
+    if sum(x is not None for x in (model, folder, gguf_name)) != 1:
+        v.fail(
+            "model",
+            "exactly one of 'model' (Hub id), 'path' (local folder) or 'gguf' (GGUF file "
+            "name) is required",
+        )
+    if gguf_name is None and "sha256" in raw:
+        v.fail("sha256", "only a 'gguf' case has a sha256", "remove 'sha256' or use 'gguf'")
     revision: str | None = None
-    if model is not None:
+    gguf_sha: str | None = None
+    if gguf_name is not None:
+        if not _GGUF_NAME.match(gguf_name):
+            v.fail(
+                "gguf",
+                f"{gguf_name!r} is not a plain .gguf file name",
+                "name the file only (no folder, no '..'): it is looked up in "
+                f"${REAL_FOLDERS[0]} / ${REAL_FOLDERS[1]}",
+            )
+        if "revision" in raw:
+            v.fail("revision", "a 'gguf' case is pinned by its sha256", "remove 'revision'")
+        gguf_sha = v.string(raw, "sha256", required=True)
+        if gguf_sha is None or not _SHA256.match(gguf_sha):
+            v.fail("sha256", f"{gguf_sha!r} is not a sha256", "write the file's sha256 "
+                   "(64 lowercase hex digits, `sha256sum FILE`)")  # fmt: skip
+        source, local = str(gguf_name), False
+    elif model is not None:
         if "/" not in model:
             v.fail("model", f"{model!r} is not a Hub id of the form owner/name")
         rev = v.string(raw, "revision", required=True)
@@ -227,7 +365,8 @@ def validate_case(raw: Mapping[str, Any], path: Path) -> Case:
             v.fail("revision", "a local 'path' case has no revision", "remove 'revision'")
         source, local = str((path.parent / str(folder)).resolve()), True
     task = v.choice(raw, "task", TASKS, required=True)
-    dtype = v.choice(raw, "dtype", DTYPES, required=True)
+    dtype = v.choice(raw, "dtype", DTYPES, required=gguf_sha is None)
+    reference_dtype = v.choice(raw, "reference_dtype", DTYPES) or "f32"
     target = v.choice(raw, "target", TARGETS) or "default"
     levels_raw = v.get(raw, "levels", list, required=True)
     levels = []
@@ -279,11 +418,11 @@ def validate_case(raw: Mapping[str, Any], path: Path) -> Case:
         local=local,
         revision=revision,
         task=str(task),
-        dtype=str(dtype),
+        dtype=dtype,
         target=str(target),
         levels=tuple(levels),
         size=str(size),
-        gpu=(not local) if gpu is None else gpu,
+        gpu=(not local and gguf_sha is None) if gpu is None else gpu,
         skip=skip,
         prompt=str(prompt),
         chat=True if chat is None else chat,
@@ -297,6 +436,8 @@ def validate_case(raw: Mapping[str, Any], path: Path) -> Case:
             min_margin=float(tol["min_margin"]),
         ),
         max_new_tokens=int(max_new),
+        gguf_sha256=gguf_sha,
+        reference_dtype=str(reference_dtype),
         raw=dict(raw),
     )
 

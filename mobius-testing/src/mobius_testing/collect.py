@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from mobius.errors import MobiusError
-from mobius_testing.cases import CASE_SUFFIX, Case, CaseError, load_case
+from mobius_testing.cases import CASE_SUFFIX, TORCH_DTYPES, Case, CaseError, load_case
 from mobius_testing.gates import FAIL, LOW_CONFIDENCE, GateResult
 from mobius_testing.golden import GoldenError, golden_path, read_l4, read_l5
 from mobius_testing.runner import check_l4, check_l5, golden_dir_for
@@ -43,9 +43,12 @@ def is_case_file(path: Path) -> bool:
 class CaseFile(pytest.File):
     """A ``*.case.toml`` file."""
 
+    loaded = False
+
     def collect(self):
         case = load_case(self.path)
-        reason = case.skip_reason()
+        self.loaded = True
+        reason = case.skip_reason()  # raises for a GGUF file that is wrong or must be here
         for level in case.levels:
             item = GoldenItem.from_parent(self, name=level, case=case, level=level)
             if reason:
@@ -55,7 +58,8 @@ class CaseFile(pytest.File):
 
     def repr_failure(self, excinfo, style=None):  # type: ignore[override]
         if isinstance(excinfo.value, CaseError):
-            return f"invalid case file\n{excinfo.value}"
+            head = "case cannot run here" if self.loaded else "invalid case file"
+            return f"{head}\n{excinfo.value}"
         return super().repr_failure(excinfo, style=style)
 
 
@@ -70,7 +74,9 @@ class GoldenItem(pytest.Item):
         self.add_marker(pytest.mark.family(case.family))
         if case.gpu:
             self.add_marker(pytest.mark.gpu)
-        for word in (case.size, case.family, case.id, case.dtype, case.task):
+        if case.gguf:
+            self.add_marker(pytest.mark.real)  # its file is what the real envs fetch
+        for word in (case.size, case.family, case.id, case.dtype_label, case.task):
             self.extra_keyword_matches.add(word)  # so that `-k large` selects by shard
 
     @property
@@ -94,7 +100,7 @@ class GoldenItem(pytest.Item):
         golden = read_l4(gdir, case.id) if self.level == "l4" else read_l5(gdir, case.id)
         self._check_provenance(golden.provenance, path)
         package = self.state.builds.build(
-            case.source, dtype=case.dtype, target=case.target, revision=case.revision
+            case.build_source(), dtype=case.dtype, target=case.target, revision=case.revision
         )
         pipeline = self.state.pipelines.load(package)
         check = check_l4 if self.level == "l4" else check_l5
@@ -102,14 +108,21 @@ class GoldenItem(pytest.Item):
         self._record(result)
 
     def _check_provenance(self, provenance: Any, path: Path) -> None:
-        pinned = provenance.get("revision") if hasattr(provenance, "get") else None
-        if not self.case.local and pinned != self.case.revision:
-            raise GoldenError(
-                f"the golden was made for revision {pinned!r} but the case pins "
-                f"{self.case.revision!r}",
-                where=str(path),
-                fix=f"run `mobius golden regen {self.case.file}`",
-            )
+        get = provenance.get if hasattr(provenance, "get") else lambda _key, default=None: None
+        case = self.case
+        checks = [("reference_dtype", "float32", TORCH_DTYPES[case.reference_dtype])]
+        if case.gguf:
+            checks.append(("sha256", None, case.gguf_sha256))
+        elif not case.local:
+            checks.append(("revision", None, case.revision))
+        for key, default, want in checks:
+            made = get(key, default)
+            if made != want:
+                raise GoldenError(
+                    f"the golden was made for {key} {made!r} but the case pins {want!r}",
+                    where=str(path),
+                    fix=f"run `mobius golden regen {case.file}`",
+                )
 
     def _record(self, result: GateResult) -> None:
         text = result.report()

@@ -93,7 +93,10 @@ def regen(
         raise typer.Exit(2)
     skipped = 0
     for case in loaded:
-        why = case.skip_reason()
+        try:
+            why = case.skip_reason()  # raises for a GGUF file with another sha256
+        except MobiusError as exc:
+            _fail(exc, ctx)
         if why:
             typer.echo(f"skip {case.id}: {why}")
             skipped += 1
@@ -146,7 +149,10 @@ def reproduce(
         raise typer.Exit(2)
     failed = ran = 0
     for case in loaded:
-        why = case.skip_reason()
+        try:
+            why = case.skip_reason()  # raises for a GGUF file with another sha256
+        except MobiusError as exc:
+            _fail(exc, ctx)
         if why:
             typer.echo(f"skip {case.id}: {why}")
             continue

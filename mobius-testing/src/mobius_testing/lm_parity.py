@@ -522,3 +522,54 @@ def measured_build(source: Path, out: Path, *args: str, timeout: float = 1800) -
     stats = json.loads(line.split(" ", 1)[1])
     size = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file())
     return MeasuredBuild(Path(out), stats["seconds"], stats["peak_rss"], size, done.stdout)
+
+
+def measured_builder(
+    source: str, out: Path, *, dtype: str | None, target: str, revision: str | None
+) -> MeasuredBuild:
+    """A :data:`mobius_testing.runner.Builder` running :func:`measured_build` (the CLI's
+    arguments for ``dtype`` None / target ``default``: none, as a user types it)."""
+    args = [*(["--dtype", dtype] if dtype else []), *(["--target", target] if target != "default" else []),
+            *(["--revision", revision] if revision else [])]  # fmt: skip
+    return measured_build(Path(source), Path(out), *args)
+
+
+def measure_harness_builds(config: pytest.Config) -> None:
+    """Make the harness build every package of the session with :func:`measured_builder`
+    (a conftest's ``pytest_configure``): the golden case items and the tests that check a
+    build's memory and size then share one build of each package, whichever runs first."""
+    from mobius_testing.pytest_plugin import harness_state
+
+    harness_state(config).builds.builder = measured_builder
+
+
+def real_gguf(case_file: Path) -> Path:
+    """The GGUF file a golden case file pins (looked up and sha256-checked as the case
+    items do, :meth:`mobius_testing.cases.Case.build_source`): skips with the case's
+    reason where it is absent, fails where it must be present or its sha256 differs."""
+    from mobius_testing.cases import load_case
+
+    case = load_case(case_file)
+    reason = case.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    return Path(case.build_source())
+
+
+def real_builds(
+    config: pytest.Config, source: Path, dtypes: Mapping[str, str | None], name: str
+) -> dict[str, MeasuredBuild]:
+    """The session's measured builds of ``source`` by label (``dtype`` None keeps a GGUF
+    file's quantization), shared with the golden case items of the same packages."""
+    from mobius_testing.pytest_plugin import harness_state
+
+    cache = harness_state(config).builds
+    out = {}
+    for label, dtype in dtypes.items():
+        out[label] = done = cache.records[cache.build(source, dtype=dtype)]
+        assert isinstance(done, MeasuredBuild), "the conftest calls measure_harness_builds"
+        ratio = done.package_bytes / source.stat().st_size
+        print(f"\n[{name} {label}] build {done.seconds:.1f} s, peak RSS "
+              f"{done.peak_rss / 2**20:.0f} MiB, package {done.package_bytes:,} bytes = "
+              f"{ratio:.3f}x the GGUF file")  # fmt: skip
+    return out

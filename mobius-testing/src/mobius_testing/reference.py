@@ -1,5 +1,9 @@
 """HF transformers reference runs (the ``[reference]`` extra: torch + transformers).
 
+A GGUF file as source is loaded by HF's own GGUF loader (``from_pretrained(folder,
+gguf_file=NAME)``, which needs ``gguf`` and ``accelerate`` and dequantizes to the asked
+dtype) with ``AutoModelForCausalLM``.
+
 torch and transformers are imported inside :meth:`HFReference.load` only, so the
 rest of the harness (and every build or run) never imports them. The model class
 comes from the checkpoint's ``config.json`` ``architectures`` entry, so this
@@ -91,24 +95,36 @@ class HFReference:
                 where="torch.cuda",
                 fix="install a CUDA torch build or use --device cpu",
             )
-        config = transformers.AutoConfig.from_pretrained(source, revision=revision)
-        arch = (getattr(config, "architectures", None) or [None])[0]
-        model_cls = getattr(transformers, arch, None) if arch else None
-        if model_cls is None:
-            raise ReferenceError(
-                f"config.json names architecture {arch!r}, which this transformers "
-                f"({transformers.__version__}) does not have",
-                where=f"{source}/config.json: architectures",
-                fix="install the transformers version the family documents",
+        if _is_gguf(source):
+            # HF's GGUF loader (it dequantizes to ``dtype``): folder + file name
+            folder, name = str(Path(source).parent), Path(source).name
+            config = transformers.AutoConfig.from_pretrained(folder, gguf_file=name)
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                folder, gguf_file=name, dtype=getattr(torch, dtype)
             )
-        model = model_cls.from_pretrained(
-            source, revision=revision, dtype=getattr(torch, dtype), use_safetensors=True
-        )
+            tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            processor = None
+        else:
+            config = transformers.AutoConfig.from_pretrained(source, revision=revision)
+            arch = (getattr(config, "architectures", None) or [None])[0]
+            model_cls = getattr(transformers, arch, None) if arch else None
+            if model_cls is None:
+                raise ReferenceError(
+                    f"config.json names architecture {arch!r}, which this transformers "
+                    f"({transformers.__version__}) does not have",
+                    where=f"{source}/config.json: architectures",
+                    fix="install the transformers version the family documents",
+                )
+            model = model_cls.from_pretrained(
+                source, revision=revision, dtype=getattr(torch, dtype), use_safetensors=True
+            )
+            tokenizer = transformers.AutoTokenizer.from_pretrained(source, revision=revision)
+            processor = (
+                transformers.AutoProcessor.from_pretrained(source, revision=revision)
+                if media
+                else None
+            )
         model.to(device).eval()
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, revision=revision)
-        processor = (
-            transformers.AutoProcessor.from_pretrained(source, revision=revision) if media else None
-        )
         return cls(source, revision, model, processor, tokenizer, device, dtype, config.to_dict())
 
     # ------------------------------------------------------------------ inputs
@@ -251,7 +267,14 @@ class HFReference:
         }
         if case.local:
             prov["files"] = _local_fingerprint(Path(case.source))
+        if case.gguf:
+            prov["sha256"] = case.gguf_sha256
+            prov["architecture"] = prov["architecture"] or self.config.get("model_type")
         return prov
+
+
+def _is_gguf(source: str) -> bool:
+    return source.endswith(".gguf") and Path(source).is_file()
 
 
 def _to_numpy(value: Any) -> Any:

@@ -1,8 +1,9 @@
 """Goldens from the HF reference: writing them (``mobius golden regen``) and checking
 that the reference still reproduces the stored ones (``mobius golden reproduce``).
 
-Needs the ``[reference]`` extra. The reference runs in float32 on the GPU when
-one is there (``device="auto"``). A golden whose margin is under the case's
+Needs the ``[reference]`` extra. The reference runs in the case's
+``reference_dtype`` (float32 unless the case says otherwise: an f16 case may be judged
+against HF's own f16) on the GPU when one is there (``device="auto"``). A golden whose margin is under the case's
 ``min_margin`` is still written (the check reports it as low-confidence) but the
 caller is told, so a better prompt can be chosen before committing it. Only a
 previous golden is ever overwritten (:mod:`mobius.outdir`'s policy), checked
@@ -24,7 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mobius_testing.cases import Case
+import numpy as np
+
+from mobius_testing.cases import TORCH_DTYPES, Case
 from mobius_testing.gates import FAIL, GateResult, l4_gate, l5_gate, worst
 from mobius_testing.golden import (
     Inputs,
@@ -37,7 +40,7 @@ from mobius_testing.golden import (
     write_l4,
     write_l5,
 )
-from mobius_testing.reference import HFReference
+from mobius_testing.reference import HFReference, ReferenceError
 from mobius_testing.runner import golden_dir_for
 
 
@@ -65,6 +68,13 @@ def regen_case(
     min_margin = case.tolerances.min_margin
     if "l4" in case.levels:
         logits = ref.prefill_logits(inputs)
+        if not np.isfinite(logits).all():
+            raise ReferenceError(
+                f"the reference's logits are not finite (NaN / inf) in "
+                f"{TORCH_DTYPES[case.reference_dtype]}: no golden can be made from them",
+                where=f"{case.file}: reference_dtype {case.reference_dtype!r}",
+                fix="use reference_dtype f32 (this model overflows in that dtype under HF)",
+            )
         golden = l4_from_logits(case.id, inputs, logits, case.tolerances.top_k, provenance)
         result.written.append(write_l4(out_dir, golden))
         if golden.margin < min_margin:
@@ -99,9 +109,10 @@ def regen_case(
 
 def _load(case: Case, device: str) -> HFReference:
     return HFReference.load(
-        case.source,
+        case.build_source(),
         revision=case.revision,
         device=device,
+        dtype=TORCH_DTYPES[case.reference_dtype],
         media=bool(case.images or case.audio),
     )
 

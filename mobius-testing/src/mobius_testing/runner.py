@@ -28,19 +28,39 @@ from mobius_testing.gates import (
 )
 from mobius_testing.golden import L4Golden, L5Golden, ids_array
 
+Builder = Callable[..., Any]
+"""``builder(source, out, *, dtype, target, revision) -> record``: makes the package at
+``out``; what it returns is kept in :attr:`BuildCache.records`."""
+
+
+def mobius_build(
+    source: str, out: Path, *, dtype: str | None, target: str, revision: str | None
+) -> Any:
+    """The default :data:`Builder`: :func:`mobius.build` in this process."""
+    import mobius
+
+    return mobius.build(source, out, dtype=dtype, target=target, revision=revision, force=True)
+
 
 class BuildCache:
-    """``mobius.build`` results keyed by (source, revision, dtype, target), under one folder."""
+    """Packages keyed by (source, revision, dtype, target), built once under one folder.
 
-    def __init__(self, root: Path) -> None:
+    ``dtype`` None builds as ``mobius build`` without ``--dtype`` does (a GGUF file keeps
+    its quantization). ``builder`` replaces how a package is made (e.g. a measured
+    ``mobius build`` in a child process, so tests that check a build's memory and the
+    golden cases share one build of each package)."""
+
+    def __init__(self, root: Path, builder: Builder | None = None) -> None:
         self.root = Path(root)
-        self._built: dict[tuple[str, str | None, str, str], Path] = {}
+        self.builder: Builder = builder or mobius_build
+        self.records: dict[Path, Any] = {}
+        self._built: dict[tuple[str, str | None, str | None, str], Path] = {}
 
     def build(
         self,
         source: str | Path,
         *,
-        dtype: str = "f32",
+        dtype: str | None = "f32",
         target: str = "default",
         revision: str | None = None,
     ) -> Path:
@@ -48,11 +68,11 @@ class BuildCache:
         src = str(Path(source).resolve()) if Path(source).exists() else str(source)
         key = (src, revision, dtype, target)
         if key not in self._built:
-            import mobius
-
             digest = hashlib.sha256(repr(key).encode()).hexdigest()[:12]
-            out = self.root / f"{Path(src).name or 'model'}-{dtype}-{target}-{digest}"
-            mobius.build(src, out, dtype=dtype, target=target, revision=revision, force=True)
+            out = self.root / f"{Path(src).name or 'model'}-{dtype or 'kept'}-{target}-{digest}"
+            self.records[out] = self.builder(
+                src, out, dtype=dtype, target=target, revision=revision
+            )
             self._built[key] = out
         return self._built[key]
 
@@ -167,9 +187,11 @@ def check_l5(case: Case, golden: L5Golden, pipeline: Any) -> GateResult:
 __all__ = [
     "LOW_CONFIDENCE",
     "BuildCache",
+    "Builder",
     "PipelineCache",
     "caller_feeds",
     "check_l4",
     "check_l5",
     "golden_dir_for",
+    "mobius_build",
 ]
