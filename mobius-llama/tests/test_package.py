@@ -132,3 +132,19 @@ def test_a_second_component_is_a_build_error():
     with pytest.raises(BuildError) as err:
         FAMILY.mobius_build_component(cfg, "vision_encoder", BuildOptions())
     assert "vision_encoder" in str(err.value) and err.value.fix
+
+
+def test_measured_build_peak_is_the_builds_own_not_its_parents(tmp_path):
+    """lm_parity.measured_build (the real-model tests' RSS bound) reports the build's own
+    peak: a child's ru_maxrss carries the parent's high-water mark across exec, and a
+    build started from a pytest holding HF's Gemma 3 once reported 1.8 GB that way."""
+    from mobius_testing import lm_parity
+
+    src = _checkpoint(tmp_path / "ckpt", "llama")
+    ballast = np.ones(1 << 30, dtype=np.uint8)  # 1 GiB resident in this (parent) process
+    try:
+        done = lm_parity.measured_build(src, tmp_path / "pkg")
+    finally:
+        del ballast
+    assert (done.out / "mobius.json").is_file()
+    assert done.peak_rss < 768 * 2**20, f"{done.peak_rss / 2**20:.0f} MiB"

@@ -479,9 +479,24 @@ def parity_tests(
     )
 
 
+# The child's peak is VmHWM, the high-water mark of its own address space. Not
+# ru_maxrss: Linux carries it across exec from the address space the child started in,
+# which under vfork / posix_spawn (what subprocess uses) is the parent's, so a build
+# started from a pytest holding HF's Gemma 3 reported that pytest's 1.8 GB.
 _MEASURED_BUILD = """
 import json, resource, sys, time
 from mobius.cli import main
+
+def peak_rss():
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
 start = time.perf_counter()
 sys.argv = ["mobius", "build", *sys.argv[1:]]
 try:
@@ -490,20 +505,19 @@ try:
 except SystemExit as exc:
     code = exc.code or 0
 print("MOBIUS_BUILD_STATS " + json.dumps({
-    "code": code, "seconds": time.perf_counter() - start,
-    "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+    "code": code, "seconds": time.perf_counter() - start, "peak_rss": peak_rss()}))
 sys.exit(code)
 """
 
 
 @dataclass(frozen=True)
 class MeasuredBuild:
-    """A ``mobius build`` run in its own process (so ``ru_maxrss`` is the build's)."""
+    """A ``mobius build`` run in its own process (so its peak RSS is the build's)."""
 
     out: Path
     seconds: float
     peak_rss: int
-    """Bytes (Linux ``ru_maxrss``, file pages included)."""
+    """Bytes (Linux ``VmHWM`` of the build's process, file pages included)."""
     package_bytes: int
     stdout: str
 
