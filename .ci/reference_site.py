@@ -34,6 +34,7 @@ STEPS = (
     ("transformers==5.24.0", "accelerate", "gguf"),
 )
 STAMP = ".mobius-reference.json"
+BUILDING = ".mobius-reference-building"
 PTH = "mobius-reference.pth"
 
 
@@ -71,13 +72,17 @@ def ensure(venv: Path) -> Path:
         except ValueError:
             pass
     if venv.exists():
-        if not (venv / "pyvenv.cfg").is_file():
+        # only a venv this script made (stamped, or marked while it was being built) is
+        # ever deleted: MOBIUS_REFERENCE_VENV may name a folder of the caller's
+        if not (stamp.is_file() or (venv / BUILDING).is_file()):
             raise SystemExit(
-                f"reference_site: {venv} exists and is not a venv; "
-                "remove it or set MOBIUS_REFERENCE_VENV to another folder"
+                f"reference_site: {venv} exists and was not made by .ci/reference_site.py; "
+                "set MOBIUS_REFERENCE_VENV to a new folder (nothing was changed)"
             )
         shutil.rmtree(venv)
     print(f"reference_site: building {venv} ({'; '.join(' '.join(s) for s in STEPS)})", flush=True)
+    venv.mkdir()
+    (venv / BUILDING).write_text("made by .ci/reference_site.py, being built\n")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     for step in STEPS:
@@ -86,6 +91,7 @@ def ensure(venv: Path) -> Path:
             check=True,
         )
     stamp.write_text(json.dumps(want) + "\n")
+    (venv / BUILDING).unlink()
     return site_of(venv)
 
 
