@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -65,9 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     prune = decide_prune(args.prune)
 
+    # .tox/.ci/{logs,junit} hold only what this script wrote in its last run
     for sub in ("logs", "junit"):
-        shutil.rmtree(STATE / sub, ignore_errors=True)
-        (STATE / sub).mkdir(parents=True)
+        folder = STATE / sub
+        if folder.is_symlink():
+            raise SystemExit(f"run_envs: {folder} is a symlink; remove it yourself")
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
     durations = load_durations()
     order = sorted(
         dict.fromkeys(args.envs),
@@ -153,7 +158,7 @@ def finish(name: str, returncode: int, took: float, prune: bool) -> str:
         print("\n".join(lines[-TAIL_LINES:]))
         print(f"---- end of {name} ----\n", flush=True)
     pruned = ""
-    if prune and env_dir.is_dir() and env_dir.parent == TOXWORK and name and "/" not in name:
+    if prune and is_tox_env(name, env_dir):
         shutil.rmtree(env_dir, ignore_errors=True)
         pruned = ", env deleted"
     print(
@@ -161,6 +166,23 @@ def finish(name: str, returncode: int, took: float, prune: bool) -> str:
         flush=True,
     )
     return outcome
+
+
+ENV_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def is_tox_env(name: str, env_dir: Path) -> bool:
+    """Whether ``env_dir`` is a folder tox made for env ``name`` and nothing else: a plain
+    env name (no ``..``, no separator), a real folder (no symlink) directly inside this
+    checkout's ``.tox``, holding the ``.tox-info.json`` and ``pyvenv.cfg`` tox writes.
+    Only such a folder is ever deleted."""
+    if not ENV_NAME.fullmatch(name) or ".." in name:
+        return False
+    if env_dir.is_symlink() or not env_dir.is_dir():
+        return False
+    if env_dir.resolve().parent != TOXWORK.resolve():
+        return False
+    return (env_dir / ".tox-info.json").is_file() and (env_dir / "pyvenv.cfg").is_file()
 
 
 def disk_free() -> str:
