@@ -46,6 +46,13 @@ def main() -> int:
             f"reference_site: {given} is a symlink; set MOBIUS_REFERENCE_VENV to a folder"
         )
     venv = given.resolve()
+    here = Path.cwd().resolve()
+    repo = Path(__file__).resolve().parent.parent
+    if venv in (here, repo, Path.home().resolve()) or venv in here.parents or venv in repo.parents:
+        raise SystemExit(
+            f"reference_site: MOBIUS_REFERENCE_VENV={venv} is the working folder, the "
+            "checkout, home or one of their parents; set it to a new folder"
+        )
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.with_name(venv.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -76,17 +83,6 @@ def ensure(venv: Path) -> Path:
                 return site_of(venv)
         except ValueError:
             pass
-    here = Path.cwd().resolve()
-    repo = Path(__file__).resolve().parent.parent
-    if venv in (here, repo, Path.home().resolve()) or venv in here.parents or venv in repo.parents:
-        raise SystemExit(
-            f"reference_site: MOBIUS_REFERENCE_VENV={venv} is the working folder, the "
-            "checkout, home or one of their parents; set it to a new folder"
-        )
-    if venv.is_symlink():
-        raise SystemExit(
-            f"reference_site: {venv} is a symlink; set MOBIUS_REFERENCE_VENV to a folder"
-        )
     if venv.exists():
         # only a venv this script made (stamped, or marked while it was being built) is
         # ever deleted: MOBIUS_REFERENCE_VENV may name a folder of the caller's
