@@ -9,7 +9,7 @@ Numbers are printed, never asserted (a shared machine makes timings noisy).
 a fresh interpreter builds every component of the pipeline contract with the
 installed plugins (read_config → pipeline_contract → build_component →
 optimize_component; no weights are bound) and reports its wall time and peak RSS
-(``ru_maxrss`` of that process), per component and in total.
+(VmHWM of that process), per component and in total.
 
 (b) ``--synthetic-e2b DIR`` writes a synthetic E2B checkpoint in bfloat16 (real
 tensor names and shapes from transformers on the meta device, plus the unused
@@ -38,7 +38,19 @@ CONFIGS = Path(__file__).resolve().parents[1] / "testdata" / "configs"
 SHARD_BYTES = 2 * 1024**3
 GiB = 1024**3
 
-# One child per measured build, so ru_maxrss is that build's alone.
+# One child per measured build; its peak is VmHWM, the high-water mark of its own address
+# space. Not ru_maxrss: Linux carries that across exec from the address space the child
+# started in, which under vfork / posix_spawn (what subprocess uses) is this parent's.
+PEAK_RSS = r"""
+def _peak_rss():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+"""
+
 GRAPH_CHILD = r"""
 import json, resource, sys, time, traceback
 t0 = time.perf_counter()
@@ -66,7 +78,7 @@ for comp in contract.components:
                             "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"}
 print(json.dumps({"model_type": model_type, "setup_s": t_setup, "components": parts,
                   "wall_s": time.perf_counter() - t0,
-                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+                  "peak_rss": _peak_rss()}))
 """
 
 BUILD_CHILD = r"""
@@ -88,14 +100,14 @@ except Exception as exc:
 import os
 os.sync()
 info.update(wall_s=time.perf_counter() - t0,
-            peak_rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+            peak_rss=_peak_rss())
 print(json.dumps(info))
 """
 
 
 def _child(code: str, *args: str) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=False
+        [sys.executable, "-c", PEAK_RSS + code, *args], capture_output=True, text=True, check=False
     )
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode != 0 or not lines:

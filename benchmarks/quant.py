@@ -25,7 +25,7 @@ and package bytes. Targets: int4 ≥ 3× f32 tok/s, bytes ≤ 0.3× f32.
 previous --keep left it), a cold ``cp -r`` + sync of it (page cache dropped where
 permitted; the printout says when it could not be), then ``mobius build --quant
 int4 --dtype f32 --target cpu`` in a child process: wall time vs the copy, peak RSS
-(``ru_maxrss``, file pages included), package size. Targets: RSS ≤ 2 GiB, wall ≤ 3× cp,
+(VmHWM, file pages included), package size. Targets: RSS ≤ 2 GiB, wall ≤ 3× cp,
 package ≤ 3.5 GB. Needs ~25 GB free; --keep keeps checkpoint and package for (d).
 
 (d) The int4 package of (c): load through ``Pipeline`` on CPU, one prefill of 16 tokens +
@@ -156,7 +156,7 @@ except Exception as exc:
 import os
 os.sync()
 info.update(wall_s=time.perf_counter() - t0,
-            peak_rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+            peak_rss=_peak_rss())
 print(json.dumps(info))
 """
 
@@ -171,7 +171,7 @@ ids = [int(i) for i in np.random.default_rng(2).integers(3, 200000, size=16)]
 r = p.generate(input_ids=ids, max_new_tokens=9, stop_ids=())
 print(json.dumps({"load_s": t_load, "prefill_ms": r.prefill_ms,
                   "decode_tok_s": r.decode_tokens_per_s, "ids": r.ids,
-                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+                  "peak_rss": _peak_rss()}))
 """
 
 
