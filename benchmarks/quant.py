@@ -4,6 +4,7 @@
     python benchmarks/quant.py --which decode             # (b) ~400 M: int4 vs f32 tok/s, bytes
     python benchmarks/quant.py --which e2b --dir DIR      # (c) synthetic full-size E2B build
     python benchmarks/quant.py --which e2b-run --dir DIR  # (d) run the E2B int4 package (c) kept
+    python benchmarks/quant.py --which floor [--dir DIR]  # (e) the quantizer's compute floor
 
 Figures are printed, never asserted (the machine is shared and noisy); each speed figure
 is the median of --runs runs with the load average printed beside it.
@@ -30,6 +31,14 @@ package ≤ 3.5 GB. Needs ~25 GB free; --keep keeps checkpoint and package for (
 
 (d) The int4 package of (c): load through ``Pipeline`` on CPU, one prefill of 16 tokens +
 8 decode steps: tokens/s and peak RSS.
+
+(e) The block quantizer's own cost, CPU seconds per value (user + system of this process,
+which the load average barely changes), for int4 block 32 on a seeded 2048 x 8192
+float32 matrix: the default scale search and plain round-to-nearest (``search=False``,
+onnxruntime's choice), and a float32 -> float16 cast of the same matrix for scale. With
+(c)'s checkpoint kept in DIR it also prints the floor that implies for that build: its
+matrix values / (per-value cost x the quantizer's threads), before any reading or
+writing.
 """
 
 from __future__ import annotations
@@ -246,11 +255,64 @@ def e2b_run(root: Path, threads: int) -> None:
     )
 
 
+def _cpu_s() -> float:
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
+def checkpoint_values(folder: Path) -> int:
+    """Values in the 2-D and larger tensors of a safetensors folder (from the headers)."""
+    import math
+    import struct
+
+    total = 0
+    for path in folder.glob("*.safetensors"):
+        with path.open("rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(size))
+        for name, info in header.items():
+            if name != "__metadata__" and len(info["shape"]) >= 2:
+                total += math.prod(info["shape"])
+    return total
+
+
+def quant_floor(root: Path, runs: int) -> None:
+    from mobius.weights.quantize import QUANT_THREADS, quantize_rows
+
+    w = np.random.default_rng(0).standard_normal((2048, 8192), dtype=np.float32)
+    costs = {}
+    for label, kw in (("scale search (default)", {}), ("round-to-nearest", {"search": False})):
+        cpu = []
+        for _ in range(runs):
+            start = _cpu_s()
+            quantize_rows(w, bits=4, block_size=32, **kw)
+            cpu.append(_cpu_s() - start)
+        costs[label] = statistics.median(cpu) / w.size
+    start = _cpu_s()
+    w.astype(np.float16)
+    cast = (_cpu_s() - start) / w.size
+    print(f"(e) int4 block-32 quantizer, {w.shape[0]} x {w.shape[1]} float32, median of {runs}:")
+    for label, cost in costs.items():
+        print(
+            f"    {label:24} {cost * 1e9:6.1f} cpu-ns / value = {1e-6 / cost:6.1f} M values / cpu-s"
+        )
+    print(f"    {'f32 -> f16 cast':24} {cast * 1e9:6.1f} cpu-ns / value ({load()})")
+    ckpt = root / "e2b-synthetic"
+    if ckpt.is_dir():
+        values = checkpoint_values(ckpt)
+        print(f"    (c)'s checkpoint: {values / 1e9:.2f} G matrix values; quantizing them alone, "
+              f"{QUANT_THREADS} threads:")  # fmt: skip
+        for label, cost in costs.items():
+            print(f"      {label:24} >= {values * cost / QUANT_THREADS:.0f} s wall")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--which", nargs="+", default=["accuracy", "decode"],
-        choices=["accuracy", "decode", "e2b", "e2b-run"],
+        choices=["accuracy", "decode", "e2b", "e2b-run", "floor"],
     )  # fmt: skip
     ap.add_argument("--dir", type=Path, default=BENCH / "quant-e2b", help="folder for (c), (d)")
     ap.add_argument("--keep", action="store_true", help="keep (c)'s checkpoint and package")
@@ -266,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         e2b_build(args.dir, args.keep)
     if "e2b-run" in args.which:
         e2b_run(args.dir, args.threads)
+    if "floor" in args.which:
+        quant_floor(args.dir, args.runs)
     return 0
 
 
