@@ -24,14 +24,15 @@ Gemma 3 prompts it.
 
 :class:`CallReader` reads a reply as it grows: content as soon as it cannot be the start
 of a call, a call's id and name as soon as its name is written, then its arguments in
-fragments (JSON formats: the model's own text, as it comes; ``gemma4``: the JSON when
-the call closes). A whole reply is read by the same reader (:meth:`ToolFormat.parse`), so
+fragments (JSON formats: the model's own text, as it comes; ``gemma4``: the JSON it
+denotes, converted as it comes by :class:`GemmaToJson`). A whole reply is read by the same reader (:meth:`ToolFormat.parse`), so
 a stream's accumulated calls equal the whole answer's.
 
 When a call is required (``tool_choice: "required"`` or a named function) the output is
 constrained (:mod:`mobius_runtime.constrained`) to :func:`calls_schema`: a JSON list of
 calls whose ``arguments`` follow the function's parameter schema, read in the ``json``
-format. Arguments are returned as JSON text, as OpenAI's API carries them.
+format; a ``gemma4`` template's model is constrained to its own notation instead
+(:func:`gemma_calls_grammar`, a Lark grammar built from the parameter schemas). Arguments are returned as JSON text, as OpenAI's API carries them.
 """
 
 from __future__ import annotations
@@ -164,8 +165,7 @@ def _gemma(s: str, i: int) -> tuple[Any, int]:
     word = s[i:end].strip()
     if not word:
         raise ValueError("an empty value")
-    value = _json(word)
-    return (word if value is None else value), end
+    return _word(word), end
 
 
 def _skip(s: str, i: int) -> int:
@@ -219,6 +219,7 @@ class CallReader:
         self.body = 0  # json: where the reply's JSON begins
         self.args = 0  # where the arguments being read begin
         self.calls: list[_Call] = []
+        self.converter = GemmaToJson()  # gemma4: the call being read's arguments
 
     def feed(self, delta: str) -> list[Event]:
         self.text += delta
@@ -297,6 +298,7 @@ class CallReader:
             name = match.group(1) if self.format == "gemma4" else json.loads(match.group(1))
             self._start_call(out, name)
             self.pos = self.args = match.end()
+            self.converter = GemmaToJson()
             self.state = "arguments"
             return True
         return self._whole(out, final)
@@ -334,16 +336,21 @@ class CallReader:
 
     def _arguments(self, out: list[Event], final: bool) -> bool:
         closer = CLOSERS.get(self.format)
-        if self.format == "gemma4":  # converted to JSON when the call closes
-            at = self.text.find(closer, self.pos)
-            if at < 0 and not final:
-                return False
+        if self.format == "gemma4":  # converted to JSON as it is written
+            at = self.text.find(closer, self.args)
             end = len(self.text) if at < 0 else at
-            args = _arguments(gemma_value(self.text[self.pos : end]))
-            self._args_event(out, self.text[self.pos : end] if args is None else args)
-            self.pos = end if at < 0 else at + len(closer)
+            if at < 0 and not final:  # keep back what may begin the closer
+                for keep in range(min(len(closer) - 1, end - self.args), 0, -1):
+                    if closer.startswith(self.text[end - keep :]):
+                        end -= keep
+                        break
+            self._args_event(out, self.converter.feed(self.text[self.args : end], final or at >= 0))
+            self.pos = self.args + self.converter.i
+            if at < 0:
+                return False
+            self.pos = at + len(closer)
             self.state = "content"
-            return at >= 0
+            return True
         if self.text[self.args] != "{":  # not an object: normalised when complete
             end = _value_end(self.text, self.args)
             if end is None and not final:
@@ -512,3 +519,427 @@ FORCED = ToolFormat("json")  # how a reply constrained to calls_schema is read
 def parse_forced(text: str) -> list[ToolCall]:
     """The calls of a reply constrained to :func:`calls_schema` (none if it was cut short)."""
     return FORCED.parse(text)[1]
+
+
+# ---------------------------------------------------------------- forced Gemma 4 calls
+
+GEMMA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
+GEMMA_ANNOTATIONS = {"description", "title", "default", "examples", "$schema", "$comment",
+                     "additionalProperties", "format", "deprecated", "readOnly", "writeOnly"}  # fmt: skip
+ENUM_MOST = 256  # integer ranges up to this wide are written as their values
+
+
+class SchemaError(ValueError):
+    """A parameter schema the Gemma 4 call grammar cannot express (says which keyword)."""
+
+
+class GemmaGrammar:
+    """The Lark grammar (llguidance's dialect) of forced calls in Gemma 4's notation:
+    ``<|tool_call>call:NAME{key:VALUE,...}<tool_call|>``, one to ``most`` of them, whose
+    arguments, read back by :func:`gemma_value`, validate against the function's JSON
+    parameter schema.
+
+    ``specials`` maps the tokenizer's special tokens' text to their ids: a marker that is
+    one special token (``<|tool_call>``, ``<tool_call|>``, ``<|"|>`` in Gemma 4's
+    tokenizer) must be that token, not its spelling in other tokens.
+
+    Covered: ``type`` (string, integer, number, boolean, null, object, array, and lists
+    of them), ``enum``, ``const``, ``anyOf`` / ``oneOf``, string ``minLength`` /
+    ``maxLength``, integer ``minimum`` / ``maximum`` (also exclusive), object
+    ``properties`` / ``required`` (properties in the schema's order, optional ones may be
+    left out; an object without ``properties`` takes any keys), array ``items`` /
+    ``minItems`` / ``maxItems``. Annotations (``description``, ``format``, ...) are
+    ignored; anything else (``pattern``, ``$ref``, bounds on non-integers ...) is a
+    :class:`SchemaError`: the grammar could not keep the arguments valid.
+    Strings cannot hold ``<`` (it could begin a marker).
+    """
+
+    def __init__(self, specials: dict[str, int]) -> None:
+        self.specials = specials
+        self.rules: list[str] = []
+        self.count = 0
+
+    def marker(self, text: str) -> str:
+        tid = self.specials.get(text)
+        return f"<[{tid}]>" if tid is not None else json.dumps(text)
+
+    def rule(self, body: str) -> str:
+        self.count += 1
+        name = f"r{self.count}"
+        self.rules.append(f"{name}: {body}")
+        return name
+
+    def quoted(self, body: str | None, literal: str | None = None) -> str:
+        """A Gemma string: the quote marker, ``body`` (a regex) or ``literal``, the marker."""
+        q = self.marker(GEMMA_QUOTE)
+        inner = json.dumps(literal) if literal is not None else body
+        if literal == "":
+            return self.rule(f"{q} {q}")
+        return self.rule(f"{q} {inner} {q}")
+
+    def string(self, schema: dict[str, Any]) -> str:
+        low = int(schema.get("minLength", 0))
+        high = schema.get("maxLength")
+        if high is not None and int(high) < low:
+            raise SchemaError("maxLength is below minLength")
+        q = self.marker(GEMMA_QUOTE)
+        top = "" if high is None else str(int(high))
+        if high is not None and int(high) == 0:
+            return self.rule(f"{q} {q}")
+        body = f"/[^<]{{{max(low, 1)},{top}}}/"
+        return self.rule(f"{q} {body} {q}" + (f" | {q} {q}" if low == 0 else ""))
+
+    def literal(self, value: Any) -> str:
+        if isinstance(value, str):
+            if "<" in value:
+                raise SchemaError(f"the value {value!r} holds '<', which Gemma strings cannot")
+            return self.quoted(None, value)
+        if isinstance(value, bool) or value is None or isinstance(value, int | float):
+            return self.rule(json.dumps(json.dumps(value)))
+        if isinstance(value, list):
+            items = [self.literal(v) for v in value]
+            return self.rule(' "," '.join(['"["', *items, '"]"']) if items else '"[]"')
+        if isinstance(value, dict):
+            parts = []
+            for k, v in value.items():
+                parts.append(f'{self.key(k)} ":" {self.literal(v)}')
+            return self.rule(' "," '.join(parts).join(['"{" ', ' "}"']))
+        raise SchemaError(f"the value {value!r} is not JSON")
+
+    def key(self, name: str) -> str:
+        if GEMMA_KEY.match(name):
+            return json.dumps(name)
+        return self.literal(name)
+
+    def integer(self, schema: dict[str, Any]) -> str:
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if schema.get("exclusiveMinimum") is not None:
+            low = max(v for v in (low, schema["exclusiveMinimum"] + 1) if v is not None)
+        if schema.get("exclusiveMaximum") is not None:
+            high = min(v for v in (high, schema["exclusiveMaximum"] - 1) if v is not None)
+        low = None if low is None else int(-(-low // 1))
+        high = None if high is None else int(high // 1)
+        if low is not None and high is not None:
+            if high < low:
+                raise SchemaError("maximum is below minimum")
+            if high - low < ENUM_MOST:
+                return self.rule(" | ".join(json.dumps(str(v)) for v in range(low, high + 1)))
+        if high is None and low is not None and low >= 0:
+            small = [json.dumps(str(v)) for v in range(low, 10)]
+            big = "/[1-9][0-9]{1,15}/"
+            if low > 9:
+                raise SchemaError("an integer with only a minimum above 9")
+            return self.rule(" | ".join([*small, big]))
+        if low is None and high is None:
+            return self.rule("/-?(0|[1-9][0-9]{0,15})/")
+        raise SchemaError("integer bounds other than a range, or a minimum of 0..9")
+
+    def value(self, schema: Any) -> str:
+        if schema is True or schema == {}:
+            return self.any_value()
+        if not isinstance(schema, dict):
+            raise SchemaError(f"the schema {schema!r} is not an object")
+        for word in schema:
+            if word not in GEMMA_KNOWN and word not in GEMMA_ANNOTATIONS:
+                raise SchemaError(f"the keyword {word!r}")
+        if "const" in schema:
+            return self.literal(schema["const"])
+        if "enum" in schema:
+            return self.rule(" | ".join(self.literal(v) for v in schema["enum"]))
+        for word in ("anyOf", "oneOf"):
+            if word in schema:
+                rest = {k: v for k, v in schema.items() if k != word}
+                return self.rule(" | ".join(self.value({**rest, **s}) for s in schema[word]))
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            return self.rule(" | ".join(self.value({**schema, "type": k}) for k in kind))
+        if kind is None:
+            kind = ("object" if "properties" in schema else "array" if "items" in schema
+                    else None)  # fmt: skip
+            if kind is None:
+                return self.any_value()
+        if kind == "string":
+            return self.string(schema)
+        if kind == "integer":
+            return self.integer(schema)
+        if kind == "number":
+            if any(w in schema for w in NUMBER_BOUNDS):
+                raise SchemaError("bounds on a number (only integers may have them)")
+            return self.rule("/-?(0|[1-9][0-9]{0,15})(\\.[0-9]{1,15})?([eE][+-]?[1-9][0-9]?)?/")
+        if kind == "boolean":
+            return self.rule('"true" | "false"')
+        if kind == "null":
+            return self.rule('"null"')
+        if kind == "object":
+            return self.object(schema)
+        if kind == "array":
+            return self.array(schema)
+        raise SchemaError(f"the type {kind!r}")
+
+    def object(self, schema: dict[str, Any]) -> str:
+        props = schema.get("properties")
+        if props is None:
+            return self.any_object()
+        required = set(schema.get("required", []))
+        missing = required - set(props)
+        if missing:
+            raise SchemaError(f"required properties without a schema: {sorted(missing)}")
+        fields = [f'{self.key(k)} ":" {self.value(v)}' for k, v in props.items()]
+        needs = [k in required for k in props]
+        # first: properties i.. with none written yet; after: some written already (a
+        # rule's name, or "" for nothing left)
+        first = after = ""
+        for i in range(len(fields) - 1, -1, -1):
+            write_first = f"{fields[i]} {after}".strip()
+            write_after = f'"," {fields[i]} {after}'.strip()
+            if needs[i]:
+                first, after = self.rule(write_first), self.rule(write_after)
+            else:
+                first = self.rule(f"{write_first} | {first}" if first else f"({write_first})?")
+                after = self.rule(f"{write_after} | {after}" if after else f"({write_after})?")
+        return self.rule(f'"{{" {first} "}}"'.replace("  ", " "))
+
+    def array(self, schema: dict[str, Any]) -> str:
+        item = self.value(schema.get("items", {}))
+        low = int(schema.get("minItems", 0))
+        high = schema.get("maxItems")
+        if high is not None and int(high) < low:
+            raise SchemaError("maxItems is below minItems")
+        if high is not None and int(high) == 0:
+            return self.rule('"[" "]"')
+        more = "*" if high is None else f"{{{max(low - 1, 0)},{int(high) - 1}}}"
+        if high is None and low > 1:
+            more = f"{{{low - 1},}}"
+        items = self.rule(f'{item} ("," {item}){more}')
+        return self.rule(f'"[" {items} "]"' + (' | "[" "]"' if low == 0 else ""))
+
+    def any_value(self) -> str:
+        if not hasattr(self, "_any"):
+            self._any = "any_value"
+            s = self.string({})
+            num = self.value({"type": "number"})
+            key = f"/[A-Za-z_][A-Za-z0-9_]{{0,30}}/ | {self.string({'minLength': 1})}"
+            self.rules.append(f"any_key: {key}")
+            self.rules.append(
+                'any_object: "{" (any_key ":" any_value ("," any_key ":" any_value)*)? "}"'
+            )
+            self.rules.append('any_array: "[" (any_value ("," any_value)*)? "]"')
+            self.rules.append(
+                f'any_value: {s} | {num} | "true" | "false" | "null" | any_object | any_array'
+            )
+        return self._any
+
+    def any_object(self) -> str:
+        self.any_value()
+        return "any_object"
+
+    def calls(self, functions: Sequence[dict[str, Any]], most: int) -> str:
+        opener, closer = self.marker("<|tool_call>"), self.marker("<tool_call|>")
+        alts = []
+        for f in functions:
+            try:
+                args = self.object({"type": "object", **(f.get("parameters") or {})})
+            except SchemaError as exc:
+                raise SchemaError(f"function {f['name']!r}: {exc}") from None
+            alts.append(f'{opener} "call:" {json.dumps(f["name"])} {args} {closer}')
+        call = self.rule(" | ".join(alts))
+        more = f"{{0,{most - 1}}}" if most > 1 else ""
+        start = f"start: {call}" + (f" ({call}){more}" if more else "")
+        return "\n".join([start, *self.rules])
+
+
+GEMMA_KNOWN = {"type", "enum", "const", "anyOf", "oneOf", "properties", "required", "items",
+               "minItems", "maxItems", "minLength", "maxLength", "minimum", "maximum",
+               "exclusiveMinimum", "exclusiveMaximum"}  # fmt: skip
+NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def gemma_calls_grammar(
+    tools: Sequence[dict[str, Any]],
+    name: str | None = None,
+    most: int = MAX_CALLS,
+    specials: dict[str, int] | None = None,
+) -> str:
+    """The Lark grammar of a forced reply in Gemma 4's notation (see :class:`GemmaGrammar`):
+    1 to ``most`` calls (one, of ``name``, when named)."""
+    chosen = [t["function"] for t in tools if name is None or t["function"]["name"] == name]
+    return GemmaGrammar(specials or {}).calls(chosen, 1 if name is not None else most)
+
+
+class GemmaToJson:
+    """Gemma 4 call arguments (``{key:VALUE,...}``) turned into JSON text as they are
+    written, so a stream can send the arguments in fragments.
+
+    The JSON written is exactly ``json.dumps(gemma_value(whole), ensure_ascii=False)``
+    (``", "`` and ``": "`` separators), so a stream's fragments add up to what the whole
+    reply's call holds, however the text was cut. A piece is converted once it is
+    certain: a string's characters as they come (all but a tail that may begin the
+    ``<|"|>`` quote), a key once its ``:`` is written, a number or literal once the
+    ``,``, ``}`` or ``]`` after it is. Text that is not well formed is passed on as it
+    is from there (the arguments are then not JSON, and the reply is read as content).
+    """
+
+    def __init__(self) -> None:
+        self.i = 0  # where in the arguments' text the next piece begins
+        self.stack: list[list[Any]] = []  # open containers: [closer, items, expecting]
+        self.state = "value"  # value, string, after, done, raw
+
+    def feed(self, s: str, final: bool) -> str:
+        """JSON for what ``s`` (the arguments' text so far; whole when ``final``) adds."""
+        out: list[str] = []
+        while self.i < len(s) and self._step(s, final, out):
+            pass
+        return "".join(out)
+
+    def _step(self, s: str, final: bool, out: list[str]) -> bool:
+        if self.state == "raw":
+            out.append(s[self.i :])
+            self.i = len(s)
+            return False
+        if self.state == "string":
+            return self._string(s, final, out)
+        i = self.i
+        while i < len(s) and s[i].isspace():
+            i += 1
+        if i == len(s):
+            return False
+        self.i = i
+        c = s[i]
+        if self.state == "done":
+            self.state = "raw"
+            return True
+        if self.state == "after":  # after an item: a comma, or the container closes
+            top = self.stack[-1]
+            if c == ",":
+                self.i += 1
+                self.state = "value"
+                return True
+            if c == top[0]:
+                return self._close(out)
+            self.state = "raw"
+            return True
+        top = self.stack[-1] if self.stack else None
+        if top is not None and c == top[0]:  # an empty container, or a trailing comma
+            return self._close(out)
+        in_object = top is not None and top[0] == "}"
+        if in_object and top[2] == "key":
+            return self._key(s, final, out)
+        if not self.stack and c != "{":  # the arguments must be an object
+            self.state = "raw"
+            return True
+        if GEMMA_QUOTE.startswith(s[i:]) and not final:
+            return False  # may be the quote
+        item = top is not None and not in_object  # an array's item: its ", " first
+        if s.startswith(GEMMA_QUOTE, i):
+            if item:
+                self._sep(out)
+            out.append('"')
+            self.i += len(GEMMA_QUOTE)
+            self.state = "string"
+            return True
+        if c in "{[":
+            if item:
+                self._sep(out)
+            out.append(c)
+            self.i += 1
+            self.stack.append(["}" if c == "{" else "]", 0, "key" if c == "{" else "value"])
+            self._value_done(push=True)
+            return True
+        end = i
+        while end < len(s) and s[end] not in ",}]":
+            end += 1
+        if end == len(s) and not final:
+            return False
+        word = s[i:end].strip()
+        if not word:
+            self.state = "raw"
+            return True
+        if item:
+            self._sep(out)
+        out.append(json.dumps(_word(word), ensure_ascii=False))
+        self.i = end
+        self._value_done()
+        return True
+
+    def _sep(self, out: list[str]) -> None:
+        top = self.stack[-1]
+        if top[1]:
+            out.append(", ")
+        top[1] += 1
+
+    def _value_done(self, push: bool = False) -> None:
+        if push:
+            self.state = "value"
+            return
+        self.state = "after" if self.stack else "done"
+        if self.stack and self.stack[-1][0] == "}":
+            self.stack[-1][2] = "key"
+
+    def _close(self, out: list[str]) -> bool:
+        closer = self.stack.pop()[0]
+        out.append(closer)
+        self.i += 1
+        self._value_done()
+        return True
+
+    def _key(self, s: str, final: bool, out: list[str]) -> bool:
+        i = self.i
+        if s.startswith(GEMMA_QUOTE, i):
+            end = s.find(GEMMA_QUOTE, i + len(GEMMA_QUOTE))
+            if end < 0:
+                if final:
+                    self.state = "raw"
+                return final
+            key, k = s[i + len(GEMMA_QUOTE) : end], end + len(GEMMA_QUOTE)
+            while k < len(s) and s[k].isspace():
+                k += 1
+            if k == len(s):
+                if final:
+                    self.state = "raw"
+                return final
+            if s[k] != ":":
+                self.state = "raw"
+                return True
+            colon = k
+        elif GEMMA_QUOTE.startswith(s[i:]) and not final:
+            return False
+        else:
+            colon = s.find(":", i)
+            if colon < 0:
+                if final:
+                    self.state = "raw"
+                return final
+            key = s[i:colon].strip()
+        self._sep(out)
+        out.append(json.dumps(key, ensure_ascii=False) + ": ")
+        self.i = colon + 1
+        self.stack[-1][2] = "value"
+        return True
+
+    def _string(self, s: str, final: bool, out: list[str]) -> bool:
+        end = s.find(GEMMA_QUOTE, self.i)
+        if end < 0:
+            stop = len(s)
+            if not final:  # keep back what may begin the quote
+                for keep in range(min(len(GEMMA_QUOTE) - 1, stop - self.i), 0, -1):
+                    if GEMMA_QUOTE.startswith(s[stop - keep :]):
+                        stop -= keep
+                        break
+            if stop > self.i:
+                out.append(json.dumps(s[self.i : stop], ensure_ascii=False)[1:-1])
+            self.i = stop
+            return False
+        if end > self.i:
+            out.append(json.dumps(s[self.i : end], ensure_ascii=False)[1:-1])
+        out.append('"')
+        self.i = end + len(GEMMA_QUOTE)
+        self._value_done()
+        return True
+
+
+def _word(word: str) -> Any:
+    """A bare Gemma value: JSON's number or literal it spells, else the word as text."""
+    try:
+        return json.loads(word)
+    except ValueError:
+        return word

@@ -343,6 +343,7 @@ class Tooling:
 
     format: tools.ToolFormat
     schema: dict[str, Any] | None  # the forced calls' schema (tool_choice required / named)
+    grammar: str | None = None  # or their Lark grammar (forced calls in Gemma 4's notation)
 
     def split(self, text: str) -> tuple[str | None, list[tools.ToolCall]]:
         """(content, calls) of a finished reply; a call cut short leaves it all content."""
@@ -352,10 +353,26 @@ class Tooling:
 def _tooling(settings: Settings, body: ChatRequest) -> Tooling:
     chat = settings.pipeline.text.chat
     required, name = body.forced()
+    own = tools.format_for(chat.source if chat is not None else None)
     if required:
         most = tools.MAX_CALLS if body.parallel_tool_calls else 1
-        return Tooling(tools.FORCED, tools.calls_schema(body.tool_list() or [], name, most))
-    return Tooling(tools.format_for(chat.source if chat is not None else None), None)
+        listed = body.tool_list() or []
+        if own.name == "gemma4":  # the checkpoint's own notation, not JSON
+            try:
+                grammar = tools.gemma_calls_grammar(listed, name, most, _specials(settings))
+            except tools.SchemaError as exc:
+                raise ApiError(
+                    400, f"a forced Gemma 4 call cannot follow this schema: {exc}", "tools"
+                ) from None
+            return Tooling(own, None, grammar)
+        return Tooling(tools.FORCED, tools.calls_schema(listed, name, most))
+    return Tooling(own, None)
+
+
+def _specials(settings: Settings) -> dict[str, int]:
+    """The package tokenizer's special tokens: their text and id."""
+    added = settings.pipeline.text.tokenizer.get_added_tokens_decoder()
+    return {t.content: int(i) for i, t in added.items() if t.special and t.content}
 
 
 def _detokenize(settings: Settings, tokens: list[int]) -> str:
@@ -383,6 +400,11 @@ def _constraint(settings: Settings, body: Any, tooling: Tooling | None) -> Const
     form = body.response_format
     pipeline = settings.pipeline
     package = (pipeline.text, vocab_size(pipeline.manifest), settings.engine.stops)
+    if tooling is not None and tooling.grammar is not None:
+        try:
+            return Constraint.lark(tooling.grammar, *package, where="tools")
+        except MobiusError as exc:
+            raise ApiError(400, exc.what, "tools") from None
     if tooling is not None and tooling.schema is not None:
         try:
             return Constraint.json_schema(tooling.schema, *package, where="tools")
