@@ -157,3 +157,58 @@ def test_generate_refuses_sampling_and_its_keywords_together(pipeline):
 
     with pytest.raises(RequestError, match="sampling= and max_new_tokens, seed"):
         pipeline.generate(input_ids=[2, 3], sampling=SamplingParams(), max_new_tokens=3, seed=1)
+
+
+def test_generate_and_the_engine_step_through_the_one_loop(pipeline, monkeypatch):
+    """Every decode step, of ``generate`` (a cohort of one) and of the engine's cohorts
+    (alone and batched), is run by :func:`mobius_runtime.decoding.step_rows`, and every
+    token is picked by :func:`~mobius_runtime.decoding.take_rows`: there is no second
+    loop to drift from it."""
+    import sys
+
+    from mobius_runtime import batching, decoding
+    from mobius_runtime.engine import Engine
+
+    callers: list[str] = []
+    takers: list[str] = []
+    real_decode, real_take = batching.Batcher.decode, decoding.Decoding.take
+
+    def decode(self, *args, **kwargs):
+        callers.append(sys._getframe(1).f_code.co_name)
+        return real_decode(self, *args, **kwargs)
+
+    def take(self, *args, **kwargs):
+        takers.append(sys._getframe(1).f_code.co_name)
+        return real_take(self, *args, **kwargs)
+
+    monkeypatch.setattr(batching.Batcher, "decode", decode)
+    monkeypatch.setattr(decoding.Decoding, "take", take)
+    prompts = _prompts(pipeline)
+    alone = pipeline.generate(input_ids=[prompts[0]], max_new_tokens=6, stop_ids=())
+    assert len(alone.ids) == 6 and callers == ["step_rows"] * 5
+    assert takers == ["take_rows"] * 6
+    callers.clear()
+    takers.clear()
+    engine = Engine(pipeline, max_batch=4)
+    done: list[threading.Event] = []
+    texts: dict[int, str] = {}
+    for i, ids in enumerate(prompts[:4]):
+        event = threading.Event()
+        done.append(event)
+
+        def sink(kind, data, i=i, event=event):
+            if kind == "done":
+                texts[i] = data.text
+                event.set()
+
+        caller = {"input_ids": np.asarray([ids], dtype=np.int64)}
+        engine.submit(caller, SamplingParams(max_tokens=6, stop_ids=()), sink)
+    engine.start()
+    try:
+        assert all(e.wait(60) for e in done)
+    finally:
+        engine.stop()
+    assert callers and set(callers) == {"step_rows"}
+    assert len(takers) == 4 * 6 and set(takers) == {"take_rows"}
+    want = pipeline.generate(input_ids=[prompts[1]], max_new_tokens=6, stop_ids=()).text
+    assert texts[1] == want

@@ -128,3 +128,49 @@ def test_cached_prefixes_give_the_same_logits(any_pipeline):
     diff = float(np.max(np.abs(cached - plain)))
     print(f"max |cached - uncached| logit: {diff:.3g}")
     assert diff <= 1e-5
+
+
+def test_prompts_with_hits_of_one_length_are_prefilled_together(any_pipeline):
+    """Waiting prompts of one length whose cache hits are as long go through one batched
+    prefill step where the graph allows it (``Batcher.prefill_hits``: nothing needs
+    padding) and give the ids each gives alone without the cache; a prompt of another
+    length is prefilled on its own."""
+    sampling = SamplingParams(max_tokens=10)
+    engine = Engine(any_pipeline, max_batch=8, prefix_cache_mb=64)
+    engine.stops = set()
+    engine.start()
+    boxes: list[dict] = []
+
+    def submit(prompt):
+        done, box = threading.Event(), {"event": None}
+        box["event"] = done
+
+        def sink(kind, data, box=box, done=done):
+            if kind in ("done", "error"):
+                box[kind] = data
+                done.set()
+
+        box["request"] = engine.submit({"input_ids": np.asarray([prompt])}, sampling, sink)
+        boxes.append(box)
+        return box
+
+    try:
+        first = submit([*BASE, 11, 12, 13])  # kept: BASE is then cached
+        assert first["event"].wait(60) and "done" in first, first
+        with engine._cond:  # queued together, so they are admitted together
+            wave = [[*BASE, 20 + i, 30 + i, 40 + i] for i in range(4)] + [[*BASE, 7, 8]]
+            steps_before = engine.prefill_steps
+            queued = [submit(p) for p in wave]
+        for box in queued:
+            assert box["event"].wait(60) and "done" in box, box
+    finally:
+        engine.stop()
+    assert [b["done"].cached_tokens for b in queued] == [len(BASE)] * 5
+    # ONNX Attention: the four together, the fifth alone; GroupQueryAttention refuses a
+    # batch of several new ids after a past, so each is prefilled alone
+    together = any_pipeline.batcher.batches_hits
+    assert together == (any_pipeline.batcher.side == "left")
+    assert engine.prefill_steps - steps_before == (2 if together else 5)
+    for prompt, box in zip(wave, queued, strict=True):
+        want = any_pipeline.generate(input_ids=prompt, max_new_tokens=10, stop_ids=())
+        assert list(box["request"].ids) == want.ids

@@ -229,6 +229,51 @@ class Batcher:
         state = self.executor.next_state(values)
         return last, Cohort(state, lengths, list(capacities), self.shares)
 
+    def prefill_hits(
+        self, prompts: Sequence[Sequence[int]], hits: Sequence[Hit], capacities: Sequence[int]
+    ) -> tuple[np.ndarray, Cohort]:
+        """Several text prompts of one length whose first ids' KV rows the prefix cache
+        holds, each for the same number of ids, in one step: the kept rows stacked into one
+        state, the rest of each prompt fed after them. Returns each prompt's last logits
+        row ``[B, V]`` and their cohort (only when :attr:`batches`).
+
+        Only where :attr:`batches_hits`: onnxruntime's GroupQueryAttention refuses a
+        batch above 1 when more than one new id follows a past ("batch_size must be 1
+        when sequence_length > 1 and past context is given"), so a GQA package prefills
+        each hit alone. And only hits of one length with prompts of one length (no row
+        is padded): ONNX Attention's left layout keeps a row's positions contiguous up
+        to the last column, so padding between a cached prefix and the new ids would
+        leave a hole that later steps read as the row's past.
+        """
+        if not self.batches_hits:
+            raise ValueError("this package's cache hits cannot be prefilled together")
+        cached, total = hits[0].length, len(prompts[0])
+        if any(h.length != cached for h in hits) or any(len(p) != total for p in prompts):
+            raise ValueError("prefill_hits needs prompts of one length with hits of one length")
+        rows, capacity = len(prompts), max(capacities)
+        ids = np.asarray([list(p[cached:]) for p in prompts], dtype=np.int64)
+        state = {}
+        for key, (_, kind) in hits[0].values.items():
+            arrays = [h.values[key][0] for h in hits]
+            if key in self._shared:  # in-place buffers are capacity long
+                arrays = [_pad(a, capacity, RIGHT) for a in arrays]
+            joined = np.ascontiguousarray(np.concatenate(arrays, axis=0))
+            state[key] = to_ortvalue(joined, kind, self.executor.device)
+        mask = np.ones((rows, total), dtype=np.int64)
+        positions = np.repeat(np.arange(cached, total, dtype=np.int64)[None, :], rows, axis=0)
+        generated = {"attention_mask": mask, "position_ids": positions}
+        values = self.executor.step({"input_ids": ids}, state, cached, capacity, generated)
+        last = to_numpy(values[self.plan.logits])[:, -1]
+        cohort = Cohort(self.executor.next_state(values), [total] * rows, list(capacities))
+        cohort.shared = self.shares
+        return last, cohort
+
+    @property
+    def batches_hits(self) -> bool:
+        """True when prompts with cache hits of one length can be prefilled together
+        (:meth:`prefill_hits`): the left (ONNX Attention) layout only."""
+        return self.side == LEFT
+
     def can_batch(self, lengths: Sequence[int]) -> bool:
         """True when prompts of these lengths can be prefilled together (:meth:`prefill_many`)."""
         if self.side is None:

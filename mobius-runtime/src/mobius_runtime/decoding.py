@@ -7,6 +7,10 @@ runs one per row of its batched step. Both therefore pick with the same
 :class:`~mobius_runtime.sampling.Sampler`, stop on the same ids, strings and lengths,
 and give the same text for the same ids (:class:`~mobius_runtime.text.TextStream`).
 
+The loop around them is here too: :func:`step_rows` decodes one step of a cohort of
+1..N rows and has each row take its token (:func:`take_rows`); ``generation.run`` and
+``Engine`` call it, and nothing else steps a cohort.
+
 A row's own logits processing happens here too, so it costs that row alone inside a
 batched step: its penalties (:class:`~mobius_runtime.sampling.Penalties`), its grammar
 mask (:mod:`mobius_runtime.constrained`) and its log-probabilities.
@@ -14,7 +18,7 @@ mask (:mod:`mobius_runtime.constrained`) and its log-probabilities.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -146,3 +150,71 @@ class Decoding:
         """Decode the final text (once); returns the part of it not released yet."""
         self.text, rest = self.stream.finish()
         return rest
+
+
+# ---------------------------------------------------------------- the loop of a cohort
+
+Taken = Callable[[int, int, str], None]  # (row index, its token, the text it released)
+Failed = Callable[[int, Exception], None]  # (row index, what its own step raised)
+
+
+def take_rows(
+    rows: Sequence[Decoding],
+    logits: np.ndarray,
+    pasts: Sequence[int],
+    taken: Taken | None = None,
+    failed: Failed | None = None,
+    where: Sequence[int] | None = None,
+) -> None:
+    """Each of ``rows`` picks its next token (:meth:`Decoding.take`) from its row of
+    ``logits`` [B, V] (row ``where[i]``, default ``i``) after ``pasts`` of that row fed
+    positions; ``taken(i, token, piece)`` follows each pick.
+
+    ``failed(i, exc)``: a row whose own pick (or ``taken``) raises ends alone, the
+    others go on (None: the exception propagates). With several rows, one reduction
+    over the step gives every row's finiteness check and greedy argmax; a single row
+    makes its own, the same values.
+    """
+    if len(rows) == 1:  # a request alone: its row checks itself (no step-wide pass)
+        b = 0 if where is None else where[0]
+        try:
+            token, piece = rows[0].take(logits[b], pasts[b])
+            if taken is not None:
+                taken(0, token, piece)
+        except Exception as exc:
+            if failed is None:
+                raise
+            failed(0, exc)
+        return
+    where = range(len(rows)) if where is None else where
+    finite = np.isfinite(np.max(logits, axis=-1))
+    greedy = np.argmax(logits, axis=-1)
+    for i, (row, b) in enumerate(zip(rows, where, strict=True)):
+        try:
+            best = int(greedy[b]) if row.params.greedy else None
+            token, piece = row.take(logits[b], pasts[b], bool(finite[b]), best)
+            if taken is not None:
+                taken(i, token, piece)
+        except Exception as exc:
+            if failed is None:
+                raise
+            failed(i, exc)
+
+
+def step_rows(
+    batcher: Any,
+    cohort: Any,
+    rows: Sequence[Decoding],
+    taken: Taken | None = None,
+    failed: Failed | None = None,
+) -> None:
+    """One decode step of ``cohort`` (a :class:`~mobius_runtime.batching.Cohort` of 1..N
+    rows, in ``rows``' order: each feeds its last id), then each row's next token
+    (:func:`take_rows`).
+
+    The loop of ``Pipeline.generate`` / ``ChatSession`` (one row) and of the serving
+    engine (each cohort's step) is this function, so the same ids give the same tokens
+    and text everywhere.
+    """
+    logits = batcher.decode(cohort, [row.ids[-1] for row in rows])
+    take_rows(rows, logits, cohort.pasts, taken, failed)

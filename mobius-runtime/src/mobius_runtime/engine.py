@@ -44,7 +44,15 @@ from typing import Any
 import numpy as np
 
 from mobius_runtime.batching import Batcher, Cohort, Prefill
-from mobius_runtime.decoding import Decoding, FinishReason, TokenLogprob
+from mobius_runtime.decoding import (
+    Decoding,
+    Failed,
+    FinishReason,
+    Taken,
+    TokenLogprob,
+    step_rows,
+    take_rows,
+)
 from mobius_runtime.errors import RequestError
 from mobius_runtime.kvshare import SEQ_AXIS
 from mobius_runtime.limits import PREFILL_CHUNK
@@ -280,19 +288,8 @@ class Engine:
         if not self._cohorts:
             return
         self.peak_batch = max(self.peak_batch, sum(len(rows) for _, rows in self._cohorts))
-        for cohort, rows in self._cohorts:
-            logits = self.batcher.decode(cohort, [r.ids[-1] for r in rows])
-            # one reduction per step instead of one per row: finite rows skip the per-row
-            # check, and greedy rows take the row's argmax (argmax of float32 logits is the
-            # argmax of their exact float64 values, which is what pick() compares)
-            finite = np.isfinite(np.max(logits, axis=-1))
-            greedy = np.argmax(logits, axis=-1)
-            for row, request in enumerate(rows):
-                token = int(greedy[row]) if request.sampling.greedy else None
-                try:
-                    self._take(request, logits[row], cohort.pasts[row], bool(finite[row]), token)
-                except Exception as exc:  # this row's own failure ends this row only
-                    self._fail(request, exc)
+        for cohort, rows in self._cohorts:  # the loop generate() runs, per cohort
+            step_rows(self.batcher, cohort, [r.row for r in rows], *self._callbacks(rows))
         self.steps += 1
         self._drop(lambda r: r.first is None, None)
 
@@ -330,9 +327,12 @@ class Engine:
         try:
             if len(together) > 1:
                 capacities = [self._capacity(r) for r in together]
-                logits, cohort = self.batcher.prefill_many(
-                    [self._prompt(r) for r in together], capacities
-                )
+                prompts = [self._prompt(r) for r in together]
+                if head.hit is not None:  # cache hits of one length, prompts of one length
+                    hits = [r.hit for r in together]
+                    logits, cohort = self.batcher.prefill_hits(prompts, hits, capacities)  # type: ignore[arg-type]
+                else:
+                    logits, cohort = self.batcher.prefill_many(prompts, capacities)
             else:
                 if head.job is None:
                     head.job = self.batcher.start(head.caller, self._capacity(head), head.hit)
@@ -366,11 +366,26 @@ class Engine:
 
     def _together(self) -> list[Request]:
         """The first admitted prompts that one batched step prefills whole (at least the
-        first one): fresh text prompts without cache hits or ``n`` groups, whose padded
-        ids fit ``prefill_chunk``."""
+        first one): fresh text prompts without ``n`` groups whose padded ids fit
+        ``prefill_chunk``, or, after a prompt with a prefix-cache hit, the prompts of its
+        length whose hits are as long (their new ids, together, fit ``prefill_chunk``;
+        ONNX Attention packages only: :meth:`Batcher.prefill_hits`)."""
         first = self._prefilling[0]
-        if not self.prefill_chunk or not self._plain(first):
+        if not self.prefill_chunk or not self._plain(first, first.hit):
             return [first]
+        if first.hit is not None:  # hits batch when nothing needs padding (prefill_hits)
+            if not self.batcher.batches_hits:
+                return [first]
+            picked, fed = [first], first.prompt_tokens - first.hit.length
+            for request in self._prefilling[1:]:
+                hit = request.hit
+                same = hit is not None and hit.length == first.hit.length
+                if not (same and request.prompt_tokens == first.prompt_tokens):
+                    break
+                if not self._plain(request, hit) or (len(picked) + 1) * fed > self.prefill_chunk:
+                    break
+                picked.append(request)
+            return picked
         picked, lengths = [first], [first.prompt_tokens]
         for request in self._prefilling[1:]:
             if not self._plain(request):
@@ -383,10 +398,12 @@ class Engine:
             picked.append(request)
         return picked
 
-    def _plain(self, request: Request) -> bool:
+    def _plain(self, request: Request, hit: Hit | None = None) -> bool:
+        """``request`` may be prefilled with others: a text prompt alone (no ``n`` group),
+        not started, with no cache hit (or the one given: see :meth:`_together`)."""
         return (
             request.job is None
-            and request.hit is None
+            and request.hit is hit
             and not request.group
             and not request.cancelled
             and set(request.caller) == {"input_ids"}
@@ -412,13 +429,12 @@ class Engine:
         members still running to the decoding cohort (row ``b`` of ``cohort`` is theirs;
         members of one ``n`` group share a row, copied)."""
         first = time.perf_counter()
-        for member, b in members:
+        for member, _ in members:
             member.caller = {}  # media arrays are no longer needed
             member.first = first
-            try:
-                self._take(member, logits[b], cohort.pasts[b])
-            except Exception as exc:
-                self._fail(member, exc)
+        joining = [m for m, _ in members]
+        rows, where = [m.row for m in joining], [b for _, b in members]
+        take_rows(rows, logits, cohort.pasts, *self._callbacks(joining), where)
         running = [(m, b) for m, b in members if m.first is not None]  # not finished yet
         if not running:
             return
@@ -430,24 +446,22 @@ class Engine:
         else:
             self._cohorts.append((kept, rows))
 
-    def _take(
-        self,
-        request: Request,
-        logits: np.ndarray,
-        past: int,
-        finite: bool = False,
-        greedy: int | None = None,
-    ) -> None:
-        """Pick the next token of ``request`` (:meth:`Decoding.take`); stream its text;
-        finish it when it stops. ``finite`` / ``greedy``: what the step already knows."""
-        row = request.row
-        _, piece = row.take(logits, past, finite, greedy)
-        if request.sampling.logprobs is not None:  # before the text it may release
-            request.sink("logprobs", row.logprobs[-1])
-        if piece:
-            request.sink("delta", piece)
-        if row.reason is not None:
-            self._finish(request, row.reason)
+    def _callbacks(self, requests: list[Request]) -> tuple[Taken, Failed]:
+        """What the loop calls for row ``i`` of ``requests``: after its token (stream its
+        logprobs and text, finish it when it stops), and when its own step fails (it
+        alone ends)."""
+
+        def taken(i: int, token: int, piece: str) -> None:
+            request = requests[i]
+            row = request.row
+            if request.sampling.logprobs is not None:  # before the text it may release
+                request.sink("logprobs", row.logprobs[-1])
+            if piece:
+                request.sink("delta", piece)
+            if row.reason is not None:
+                self._finish(request, row.reason)
+
+        return taken, lambda i, exc: self._fail(requests[i], exc)
 
     def _fail(self, request: Request, exc: Exception) -> None:
         """End ``request`` alone with ``exc`` (its row leaves the cohort at the step's end).

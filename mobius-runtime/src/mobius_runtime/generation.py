@@ -2,10 +2,10 @@
 
 :func:`run` prefills a prompt (after the positions a kept state holds) and then steps a
 :class:`~mobius_runtime.batching.Cohort` of one row with
-:meth:`Batcher.decode <mobius_runtime.batching.Batcher.decode>`, picking each token with
-:meth:`Decoding.take <mobius_runtime.decoding.Decoding.take>`: the step and the per-token
-logic the serving engine runs for each row of its cohorts, so ``Pipeline.generate``,
-``ChatSession`` and ``mobius serve`` give the same ids and text for the same prompt.
+:func:`~mobius_runtime.decoding.step_rows` (one batched step, then each row's
+:meth:`Decoding.take <mobius_runtime.decoding.Decoding.take>`): the one loop the serving
+engine runs for each of its cohorts, so ``Pipeline.generate``, ``ChatSession`` and
+``mobius serve`` give the same ids and text for the same prompt by construction.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from mobius_runtime.batching import Cohort
-from mobius_runtime.decoding import Decoding, FinishReason, TokenLogprob
+from mobius_runtime.decoding import Decoding, FinishReason, TokenLogprob, step_rows, take_rows
 from mobius_runtime.feeds import last_position
 from mobius_runtime.sampling import Sampler, SamplingParams
 
@@ -97,13 +97,11 @@ def run(
         cohort.step_ids = np.zeros((1, 1), dtype=np.int64)
     prefill_ms = (time.perf_counter() - start) * 1000.0
     decode_start = time.perf_counter()
-    while True:
-        token, piece = row.take(logits, cohort.pasts[0])
-        if on_token is not None:
-            on_token(token, piece)
-        if row.reason is not None:
-            break
-        logits = batcher.decode(cohort, (token,))[0]
+    rows = [row]
+    taken = None if on_token is None else (lambda _, token, piece: on_token(token, piece))
+    take_rows(rows, logits[None, :], cohort.pasts, taken)
+    while row.reason is None:
+        step_rows(batcher, cohort, rows, taken)
     decode_ms = (time.perf_counter() - decode_start) * 1000.0
     result = GenerationResult(
         ids=list(row.ids),
