@@ -95,8 +95,36 @@ ASK = [{"role": "user", "content": "Book me a room in Paris."}]
 RUNS = 20
 
 
-@pytest.fixture(scope="module")
-def gemma_server(tmp_path_factory):
+MARKERS = ("<|tool_call>", "<tool_call|>", GEMMA_QUOTE)
+
+
+def _markers_as_special_tokens(path: Path) -> None:
+    """Give the tokenizer Gemma 4's call markers as special tokens (as Gemma 4's own
+    tokenizer has them), in the places of its last three vocabulary entries."""
+    tok = json.loads(path.read_text(encoding="utf-8"))
+    vocab = tok["model"]["vocab"]
+    last = sorted(vocab, key=vocab.get)[-len(MARKERS) :]
+    ids = [vocab.pop(t) for t in last]
+    gone = set(last)
+
+    def parts(merge):
+        return merge.split(" ") if isinstance(merge, str) else merge
+
+    tok["model"]["merges"] = [
+        m for m in tok["model"]["merges"] if not gone & {*parts(m), "".join(parts(m))}
+    ]
+    for i, text in zip(ids, MARKERS, strict=True):
+        tok["added_tokens"].append({"id": i, "content": text, "single_word": False,
+                                    "lstrip": False, "rstrip": False, "normalized": False,
+                                    "special": True})  # fmt: skip
+    path.write_text(json.dumps(tok), encoding="utf-8")
+
+
+@pytest.fixture(scope="module", params=["spelled", "special"])
+def gemma_server(request, tmp_path_factory):
+    """The markers spelled by ordinary tokens (the bundled tokenizer), or each one
+    special token (as in Gemma 4's): the grammar then asks for those tokens, and the
+    reply's text keeps them while other special tokens are dropped."""
     if not (TINY / "config.json").is_file():
         pytest.skip("testdata/tiny-gemma4 is not present")
     pytest.importorskip("mobius_gemma4")
@@ -108,9 +136,14 @@ def gemma_server(tmp_path_factory):
     source = tmp_path_factory.mktemp("gemma-tools") / "ckpt"
     shutil.copytree(TINY, source)
     (source / "chat_template.jinja").write_text(TEMPLATE, encoding="utf-8")
+    if request.param == "special":
+        _markers_as_special_tokens(source / "tokenizer.json")
     out = source.parent / "pkg"
     mobius.build(str(source), str(out), target="cpu")
     pipeline = Pipeline.load(out, device="cpu", threads=2)
+    if request.param == "special":
+        added = pipeline.text.tokenizer.get_added_tokens_decoder()
+        assert {t.content for t in added.values() if t.special} >= set(MARKERS)
     with running(pipeline) as srv:
         yield srv
 

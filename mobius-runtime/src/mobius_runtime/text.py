@@ -118,6 +118,7 @@ class TextSide:
         self._max_token_bytes: int | None = None
         self._literal_tokenizer: Any = None
         self._markers: re.Pattern[str] | None = None
+        self._kept: tuple[bool, re.Pattern[str] | None] | None = None
 
     @property
     def processors(self) -> Processors:
@@ -406,7 +407,27 @@ class TextSide:
         # the file check only until the tokenizer is loaded (it ran on every streamed token)
         if self._tokenizer is None and not (self.root / TOKENIZER_FILE).is_file():
             return ""
-        return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=True)
+        if self._kept is None:
+            self._kept = self._kept_markers()
+        keep, others = self._kept
+        if not keep:
+            return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=True)
+        text = self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=False)
+        return others.sub("", text) if others is not None else text
+
+    def _kept_markers(self) -> tuple[bool, re.Pattern[str] | None]:
+        """(the tokenizer has special tokens that mark tool calls, a pattern of its other
+        special tokens). A reply's text keeps the call markers (Gemma 4's ``<|tool_call>``,
+        ``<|"|>`` ...: :mod:`mobius_runtime.tools` reads the calls off them) and drops
+        every other special token, as ``skip_special_tokens`` does."""
+        from mobius_runtime.tools import CALL_MARKERS
+
+        added = self.tokenizer.get_added_tokens_decoder().values()
+        specials = {t.content for t in added if t.special and t.content}
+        if not specials & CALL_MARKERS:
+            return False, None
+        others = sorted(specials - CALL_MARKERS, key=len, reverse=True)
+        return True, re.compile("|".join(map(re.escape, others))) if others else None
 
 
 class TextStream:

@@ -46,6 +46,10 @@ from typing import Any
 
 PYTHON_TAG = "<|python_tag|>"
 GEMMA_QUOTE = '<|"|>'
+# text that marks calls: kept in a reply's text when the tokenizer makes it a special token
+CALL_MARKERS = frozenset(
+    {"<|tool_call>", "<tool_call|>", GEMMA_QUOTE, "<tool_call>", "</tool_call>"}
+)
 MAX_CALLS = 4  # calls one forced reply may hold (parallel_tool_calls: false makes it 1)
 
 # where a call begins and ends, per format (json: the reply is the call)
