@@ -84,14 +84,27 @@ def _weights(cfg: dict, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-def gemma4_gguf(root, kind: str, seed: int = 3, extra=()):
-    """(GGUF file, checkpoint folder of gguf's dequantization of its tensors)."""
+def gemma4_gguf(root, kind: str, seed: int = 3, extra=(), tokenizer: str = "gpt2", like=TINY):
+    """(GGUF file, checkpoint folder of gguf's dequantization of its tensors).
+
+    ``tokenizer``: ``gpt2`` writes the tiny checkpoint's byte-level BPE as llama.cpp
+    writes a gpt2 vocab; ``gemma4`` rewrites it into Gemma 4's shape
+    (:func:`~mobius_testing.gguf_files.gemma_style_tokenizer`, then also the
+    checkpoint's tokenizer) and writes it as ``Gemma4Model.set_vocab`` does."""
     from mobius_testing.gguf_files import (
+        gemma4_tokenizer_metadata,
+        gemma_style_tokenizer,
         gpt2_tokenizer_metadata,
         llamacpp_name,
         write_checkpoint,
         write_gguf_dequantized,
     )
+
+    if tokenizer == "gemma4":
+        like = gemma_style_tokenizer(like, root / f"{like.name}-gemma-tokenizer")
+        vocab = gemma4_tokenizer_metadata(like)
+    else:
+        vocab = gpt2_tokenizer_metadata(like, pre="gpt-2")
 
     cfg = _config()
     weights = _weights(cfg, seed)
@@ -121,7 +134,7 @@ def gemma4_gguf(root, kind: str, seed: int = 3, extra=()):
         f"{a}.attention.value_length_swa": swa_dim,
         f"{a}.rope.dimension_count": full_dim,
         f"{a}.rope.dimension_count_swa": swa_dim,
-        **gpt2_tokenizer_metadata(TINY, pre="gpt-2"),
+        **vocab,
     }
     rotated = int(full_dim * rope["full_attention"]["partial_rotary_factor"] / 2)
     freqs = np.array([1.0] * rotated + [1e30] * (full_dim // 2 - rotated), np.float32)
@@ -134,7 +147,7 @@ def gemma4_gguf(root, kind: str, seed: int = 3, extra=()):
     if kind in FLOAT_KINDS:
         for hf, w in weights.items():
             np.testing.assert_array_equal(dequantized[hf], w)
-    return path, write_checkpoint(root / f"{a}-{kind}-dequantized", cfg, dequantized, TINY)
+    return path, write_checkpoint(root / f"{a}-{kind}-dequantized", cfg, dequantized, like)
 
 
 def _build(path, out, dtype=None):
@@ -175,6 +188,50 @@ def test_gguf_kinds_equal_the_dequantized_checkpoint(mobius_build, tmp_path, kin
     assert kind in sources, sources  # the file's blocks are kept
     f32 = _build(path, tmp_path / "f32", dtype="f32")
     assert_gguf_matches(ref, load_pipeline(f32), versus, "gemma4 --dtype f32", seed=9)
+
+
+TOKENIZER_TEXTS = [
+    "Hello world, the nation was conceived in Liberty.",
+    "  leading, trailing   and\n\n\trunning   whitespace  ",
+    "héllo wörld — 日本語 🙂 ½ ÿ",
+    "def f(x):\n    return {'a': x**2 + 1}  # côde\n",
+    "<|turn>user\nHi there<turn|>\n<|turn>model\n",
+    "<bos><eos><pad><mask><unk> not special: <|turnx> <turn|",
+]
+
+
+@pytest.mark.l2
+@pytest.mark.parametrize("like", ["tiny-gemma4", "tiny-gemma4-mm"])
+def test_gemma4_tokenizer_from_gguf_metadata(mobius_build, tmp_path, like):
+    """A Gemma 4 GGUF's own tokenizer (``tokenizer.ggml.model`` ``gemma4``, as llama.cpp's
+    ``Gemma4Model.set_vocab`` writes it) becomes a ``tokenizer.json`` giving the source
+    tokenizer's ids (and text back) on unicode, whitespace runs, code and the special
+    markers; the package generates the safetensors build's greedy ids from text."""
+    pytest.importorskip("onnxruntime")
+    tokenizers = pytest.importorskip("tokenizers")
+    from mobius_testing.lm_parity import assert_gguf_matches, load_pipeline
+
+    root = TINY.parent / like
+    path, checkpoint = gemma4_gguf(tmp_path, "F32", tokenizer="gemma4", like=root)
+    package = _build(path, tmp_path / "pkg")
+    mine = tokenizers.Tokenizer.from_file(str(package / "tokenizer.json"))
+    theirs = tokenizers.Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+    assert json.loads(theirs.to_str())["model"]["byte_fallback"]  # Gemma's shape
+    for text in TOKENIZER_TEXTS:
+        want = theirs.encode(text).ids
+        assert mine.encode(text).ids == want, text
+        assert want[0] == 2  # <bos> added, as Gemma's tokenizer does
+        assert mine.decode(want) == theirs.decode(want), text
+    assert 5 in theirs.encode(TOKENIZER_TEXTS[4]).ids  # <|turn> is one control token
+    tcfg = json.loads((package / "tokenizer_config.json").read_text())
+    assert (tcfg["bos_token"], tcfg["eos_token"], tcfg["add_bos_token"]) == ("<bos>", "<eos>", True)
+    ref = load_pipeline(mobius_build(checkpoint, dtype="f32"))
+    got = load_pipeline(package)
+    assert_gguf_matches(ref, got, "F32", "gemma4 gemma4-tokenizer", seed=9)
+    prompt = TOKENIZER_TEXTS[3]
+    want = ref.generate(prompt=prompt, max_new_tokens=12)
+    result = got.generate(prompt=prompt, max_new_tokens=12)
+    assert result.ids == want.ids and result.text == want.text
 
 
 @pytest.mark.l2
