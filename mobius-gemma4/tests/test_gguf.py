@@ -236,17 +236,17 @@ def test_gemma4_tokenizer_from_gguf_metadata(mobius_build, tmp_path, like):
 
 @pytest.mark.l2
 def test_gemma4_gguf_with_a_tensor_the_family_does_not_know(tmp_path):
-    """A Gemma 4 MoE router (26B-A4B's, not translated) is refused in one line naming the
-    tensor and the file; nothing is written."""
+    """A shared-expert tensor (qwen2moe's; Gemma 4 has none) is refused in one line naming
+    the tensor and the file; nothing is written."""
     from mobius.errors import CheckpointError
 
-    extra = [("blk.0.ffn_gate_inp.weight", np.zeros((4, HIDDEN), np.float32), "F32")]
+    extra = [("blk.0.ffn_gate_shexp.weight", np.zeros((4, HIDDEN), np.float32), "F32")]
     path, _ = gemma4_gguf(tmp_path, "F32", extra=extra)
     out = tmp_path / "pkg"
     with pytest.raises(CheckpointError) as info:
         _build(path, out)
     error = info.value
-    assert "blk.0.ffn_gate_inp.weight" in error.what and "\n" not in error.what
+    assert "blk.0.ffn_gate_shexp.weight" in error.what and "\n" not in error.what
     assert str(path) in error.where and error.fix
     assert not out.exists()
 
