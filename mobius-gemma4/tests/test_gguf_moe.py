@@ -14,6 +14,11 @@ package built from the file equals the safetensors build of the checkpoint holdi
 own dequantization of the file's tensors (logits within 1e-4, greedy ids equal; Q8_0 by
 top-1, as for every family), with the file's quantization kept and with ``--dtype f32``;
 for F32 / F16 that checkpoint is the original, value for value.
+
+HF transformers 5.24's GGUF loader is no reference for these files (test_gguf.py's
+docstring has its exact errors): on the file's metadata it refuses the tiny MoE file
+(size mismatches: it reads no ``key_length_swa``), and given the checkpoint's config it
+maps none of the router scales or expert tables (left at their initial values).
 """
 
 from __future__ import annotations
