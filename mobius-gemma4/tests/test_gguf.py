@@ -227,8 +227,11 @@ def test_gemma4_tokenizer_from_gguf_metadata(mobius_build, tmp_path, like):
     markers; the package generates the safetensors build's greedy ids from text."""
     pytest.importorskip("onnxruntime")
     tokenizers = pytest.importorskip("tokenizers")
+    from mobius.checkpoint import gguf_tokenizer
     from mobius_testing.lm_parity import assert_gguf_matches, load_pipeline
 
+    if "gemma4" not in getattr(gguf_tokenizer, "MODELS", ()):  # compat-*-corefloor rows
+        pytest.skip("the installed mobius-core (before 0.1.6) reads no gemma4 tokenizer")
     root = TINY.parent / like
     path, checkpoint = gemma4_gguf(tmp_path, "F32", tokenizer="gemma4", like=root)
     package = _build(path, tmp_path / "pkg")
