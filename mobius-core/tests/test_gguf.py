@@ -285,6 +285,70 @@ def test_sentencepiece_tokenizer_merges_by_score_with_byte_fallback(tmp_path):
     assert [vocab[i] for i in tok.encode("hello").ids] == ["▁hello"]
 
 
+def gemma4_metadata(merges: list[str] | None = None) -> dict:
+    """A ``gemma4`` vocabulary as llama.cpp's ``Gemma4Model.set_vocab`` writes it: control
+    tokens, byte tokens, UTF-8 pieces with ``▁`` (one holding a real space, its merge
+    written with U+0120), placeholder scores, merges in rank order."""
+    pieces = [("<pad>", 3), ("<eos>", 3), ("<bos>", 3), ("<unk>", 3), ("<|turn>", 3)]
+    pieces += [(f"<0x{b:02X}>", 6) for b in range(256)]
+    pieces += [(p, 1) for p in ("▁", "h", "e", "l", "o", "\n", "a b", "a", " b", "ll",
+                                 "he", "▁he", "llo", "▁hello", "lo", "a b!", "!")]  # fmt: skip
+    if merges is None:
+        merges = ["l l", "h e", "▁ he", "ll o", "▁he llo", "l o", "a \u0120b", "a\u0120b !"]
+    return {
+        "tokenizer.ggml.model": "gemma4",
+        "tokenizer.ggml.tokens": [p for p, _ in pieces],
+        "tokenizer.ggml.scores": [-1000.0] * len(pieces),
+        "tokenizer.ggml.token_type": [t for _, t in pieces],
+        "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.bos_token_id": 2,
+        "tokenizer.ggml.eos_token_id": 1,
+        "tokenizer.ggml.unknown_token_id": 3,
+        "tokenizer.ggml.padding_token_id": 0,
+        "tokenizer.ggml.add_space_prefix": False,
+        "tokenizer.ggml.add_bos_token": True,
+    }
+
+
+def test_gemma4_tokenizer_merges_in_rank_order_with_byte_fallback(tmp_path):
+    """``gemma4``: merges by rank (not score), spaces as ``▁`` with no prefix space, byte
+    fallback, BOS added, control tokens whole; a merge piece holding a space (written
+    ``Ġ`` by gguf's SpecialVocab) is read back."""
+    tokenizers = pytest.importorskip("tokenizers")
+    meta = gemma4_metadata()
+    path = toy_file(tmp_path / "m.gguf", [("w", np.ones(32, np.float32), "F32")], meta)
+    ckpt = open_toy(path)
+    tok = tokenizers.Tokenizer.from_file(str(ckpt.file("tokenizer.json")))
+    vocab = meta["tokenizer.ggml.tokens"]
+    enc = tok.encode("hello hex\n<|turn>é")
+    # "hello": no prefix space; "llo" before "lo" (rank); "x" / "é" by their UTF-8 bytes
+    assert [vocab[i] for i in enc.ids] == [
+        "<bos>", "he", "llo", "▁he", "<0x78>", "\n", "<|turn>", "<0xC3>", "<0xA9>"
+    ]  # fmt: skip
+    assert tok.decode(enc.ids, skip_special_tokens=True) == "hello hex\né"
+    merges = json.loads(tok.to_str())["model"]["merges"]
+    assert merges[6:] == [["a", " b"], ["a b", "!"]]  # U+0120 read back as the space
+    config = json.loads(ckpt.file("tokenizer_config.json").read_text())
+    assert (config["bos_token"], config["add_bos_token"]) == ("<bos>", True)
+    generation = json.loads(ckpt.file("generation_config.json").read_text())
+    assert generation["eos_token_id"] == [1] and generation["bos_token_id"] == 2
+
+
+@pytest.mark.parametrize(
+    ("merges", "match"),
+    [
+        ([], r"gemma4 tokenizer has no tokenizer\.ggml\.merges"),
+        (["hello"], r"merge 'hello' of the gemma4 tokenizer has no space"),
+        (["h x"], r"merge 'h x' uses a token outside the vocabulary"),
+    ],
+)
+def test_gemma4_tokenizer_bad_merges(tmp_path, merges, match):
+    meta = gemma4_metadata(merges)
+    path = toy_file(tmp_path / "m.gguf", [("w", np.ones(32, np.float32), "F32")], meta)
+    with pytest.raises(CheckpointError, match=match):
+        open_toy(path)
+
+
 @pytest.mark.parametrize(("kind", "bits"), [("Q8_0", 8), ("Q4_0", 4), ("Q5_0", 8)])
 def test_stored_blocks_are_the_matmulnbits_scheme(tmp_path, kind, bits):
     """Q8_0 / Q4_0 / Q5_0 blocks repacked for MatMulNBits (zero point 128 / 8 / 128) read

@@ -9,6 +9,13 @@ and the package built from the file equals the safetensors build of the checkpoi
 holding gguf's own dequantization of the file's tensors (logits within 1e-4, greedy ids
 equal), both with the file's quantization kept (the default) and with ``--dtype f32``.
 For F32 / F16 that checkpoint is the original one, value for value.
+
+HF transformers 5.24's own GGUF loader is the reference for the qwen3moe tensor mapping
+and dequantization (:func:`test_qwen3moe_gguf_matches_hf_gguf_loader`), given the
+checkpoint's config: on the file's own metadata it reads no
+``qwen3moe.expert_feed_forward_length`` (``moe_intermediate_size`` stays Qwen3-MoE's 768)
+and refuses the tiny file ("You set `ignore_mismatched_sizes` to `False`, thus raising an
+error", ``mlp.experts.gate_up_proj`` ckpt ``[4, 512, 256]`` vs model ``[4, 1536, 256]``).
 """
 
 from __future__ import annotations
@@ -279,3 +286,36 @@ def test_qwen3moe_layer_without_experts_is_dense():
     assert t.tensors["blk.1.ffn_gate_inp.weight"] == "model.layers.1.mlp.gate.weight"
     assert t.tensors["blk.1.ffn_down_exps.weight"] == "model.layers.1.mlp.experts.down_proj.weight"
     assert translate("llama", meta, shapes) is None
+
+
+@pytest.mark.l3
+@pytest.mark.reference
+@pytest.mark.parametrize("kind", ["F32", "Q4_0"])
+def test_qwen3moe_gguf_matches_hf_gguf_loader(files, tmp_path, kind):
+    """The package built from a qwen3moe file (its blocks kept) gives the logits of HF's
+    GGUF loader on the same file (HF's tensor mapping, expert stacking and gguf's
+    dequantization; float32), within 1e-4, top-1 equal everywhere."""
+    from mobius_testing.reference import missing_reference
+
+    if (reason := missing_reference()) is not None:
+        pytest.skip(reason)
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from mobius_testing.lm_parity import load_pipeline, step_logits
+
+    path, dequantized = files(True, kind)
+    hf = AutoModelForCausalLM.from_pretrained(
+        str(path.parent),
+        gguf_file=path.name,
+        config=AutoConfig.from_pretrained(str(dequantized)),
+        dtype=torch.float32,
+    ).eval()
+    ids = np.random.default_rng(3).integers(6, 512, size=(1, 24), dtype=np.int64)
+    with torch.no_grad():
+        ref = hf(torch.from_numpy(ids)).logits.numpy()
+    got = step_logits(load_pipeline(_build(path, tmp_path / "kept")), ids, 16)
+    delta = float(np.abs(ref - got).max())
+    print(f"\n[L3] qwen3moe GGUF {kind} vs HF's GGUF loader: max|Δ| {delta:.3e}")
+    assert delta <= 1e-4
+    assert (ref.argmax(-1) == got.argmax(-1)).all()

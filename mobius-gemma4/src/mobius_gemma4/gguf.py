@@ -24,8 +24,25 @@ llama.cpp's converter (``Gemma4Model``, on ``Gemma3Model``) writes the text deco
   ``rope.freq_base_swa`` when the file has it, else Gemma 4's 10,000;
 - a full layer with ``attn_k`` and no ``attn_v`` shares k as v (``attention_k_eq_v``).
 
-The Gemma 4 MoE tensors (26B-A4B: ``ffn_gate_inp``, ``ffn_gate_up_exps`` …) are not
-translated: such a file is refused naming them.
+Gemma 4 MoE (26B-A4B: ``enable_moe_block``) runs routed experts beside the dense MLP.
+The converter writes ``gemma4.expert_count`` / ``expert_used_count`` /
+``expert_feed_forward_length`` (HF ``num_experts`` / ``top_k_experts`` /
+``moe_intermediate_size``) and, per layer (gguf-py ``MODEL_ARCH.GEMMA4``; tensor shapes
+in numpy order):
+
+- ``ffn_gate_inp.weight`` ``[E, H]``: the router projection (``router.proj.weight``);
+- ``ffn_gate_inp.scale`` ``[H]``: the router's input scale (``router.scale``);
+- ``ffn_down_exps.scale`` ``[E]``: ``router.per_expert_scale`` (llama.cpp applies it to
+  each expert's down output, which is where HF multiplies the routing weight by it);
+- ``ffn_gate_up_exps.weight`` ``[E, 2I, H]`` and ``ffn_down_exps.weight`` ``[E, H, I]``:
+  HF's fused ``experts.gate_up_proj`` / ``experts.down_proj``, stored as they are (the
+  converter only appends ``.weight``; gate rows first, as HF chunks them);
+- ``pre_ffw_norm_2`` / ``post_ffw_norm_1`` / ``post_ffw_norm_2``: the expert branch's
+  input norm and the two branches' output norms (``pre_feedforward_layernorm_2``,
+  ``post_feedforward_layernorm_1`` / ``_2``).
+
+No transform applies to any of them; a file with experts on some layers only is refused
+(Gemma 4 puts them on every layer).
 """
 
 from __future__ import annotations
@@ -53,6 +70,13 @@ CONFIG_KEYS = {
     "final_logit_softcapping": "final_logit_softcapping",
 }
 """``gemma4.<key>`` → HF ``Gemma4TextConfig`` key (copied as they are)."""
+
+MOE_CONFIG_KEYS = {
+    "expert_count": "num_experts",
+    "expert_used_count": "top_k_experts",
+    "expert_feed_forward_length": "moe_intermediate_size",
+}
+"""``gemma4.<key>`` → HF key of a MoE file (all required when it has experts)."""
 
 REQUIRED = (
     "block_count",
@@ -84,6 +108,17 @@ LAYER_TENSORS = {
 }
 """Core's Llama-shaped layer names, Gemma's sandwich norms and the per-layer-input
 (PLE) gate, projection and norm."""
+MOE_LAYER_TENSORS = {
+    "ffn_gate_inp.weight": "router.proj.weight",
+    "ffn_gate_inp.scale": "router.scale",
+    "ffn_down_exps.scale": "router.per_expert_scale",
+    "ffn_gate_up_exps.weight": "experts.gate_up_proj",
+    "ffn_down_exps.weight": "experts.down_proj",
+    "pre_ffw_norm_2.weight": "pre_feedforward_layernorm_2.weight",
+    "post_ffw_norm_1.weight": "post_feedforward_layernorm_1.weight",
+    "post_ffw_norm_2.weight": "post_feedforward_layernorm_2.weight",
+}
+"""MoE layer tensors (``blk.{i}.<key>``) → HF names under ``model.layers.{i}.``."""
 LAYER_SCALE = "layer_output_scale"
 """``blk.{i}.layer_output_scale.weight``: HF ``model.layers.{i}.layer_scalar``."""
 
@@ -144,7 +179,7 @@ def translate(
     if "per_layer_token_embd.weight" in tensors:
         config["vocab_size_per_layer_input"] = tensors["per_layer_token_embd.weight"][0]
     config["tie_word_embeddings"] = "output.weight" not in tensors
-    config["enable_moe_block"] = False
+    config.update(_moe_config(metadata, tensors, layers))
     names: dict[str, str | GGUFTensor | None] = {"rope_freqs.weight": None}
     for name in tensors:
         hf = hf_name(name)
@@ -165,7 +200,33 @@ def hf_name(name: str) -> str | None:
     parts = name.split(".")
     if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[2] == LAYER_SCALE:
         return f"model.layers.{int(parts[1])}.layer_scalar" if parts[3] == "weight" else None
+    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit():
+        moe = MOE_LAYER_TENSORS.get(f"{parts[2]}.{parts[3]}")
+        if moe is not None:
+            return f"model.layers.{int(parts[1])}.{moe}"
     return lm_gguf.hf_tensor_name(name, LAYER_TENSORS)
+
+
+def _moe_config(
+    metadata: Mapping[str, Any], tensors: Mapping[str, tuple[int, ...]], layers: int
+) -> dict[str, Any]:
+    """``enable_moe_block`` and, for a file with routed experts, their sizes."""
+    routed = [i for i in range(layers) if f"blk.{i}.ffn_gate_up_exps.weight" in tensors]
+    if not routed:
+        return {"enable_moe_block": False}
+    if len(routed) != layers:
+        missing = sorted(set(range(layers)) - set(routed))
+        _fail(f"the Gemma 4 GGUF file has experts on some layers only (none on {missing[:8]})")
+    missing = [_key(k) for k in MOE_CONFIG_KEYS if _key(k) not in metadata]
+    if missing:
+        _fail(f"the Gemma 4 MoE GGUF file has no {', '.join(missing)}")
+    out: dict[str, Any] = {"enable_moe_block": True}
+    for key, hf in MOE_CONFIG_KEYS.items():
+        value = metadata[_key(key)]
+        if type(value) is not int or value <= 0:
+            _fail(f"{_key(key)} is {str(value)[:40]}, not a positive int")
+        out[hf] = value
+    return out
 
 
 def _key(name: str) -> str:

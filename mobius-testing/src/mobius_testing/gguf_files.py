@@ -3,8 +3,9 @@
 Families write their own architecture keys and tensor names; the parts every family
 shares live here: the tensor encodings (llama.cpp keeps 1-D tensors in F32 and
 quantizes 2-D ones), the ``gpt2`` tokenizer metadata of an HF byte-level BPE
-checkpoint (tokens, token types, merges, special ids, chat template) and the writer
-call (``gguf.GGUFWriter``).
+checkpoint (tokens, token types, merges, special ids, chat template), the ``gemma4``
+tokenizer metadata of a Gemma-shaped one (:func:`gemma_style_tokenizer` makes one from a
+byte-level checkpoint) and the writer call (``gguf.GGUFWriter``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from typing import Any
 
 import numpy as np
 
-NORMAL, CONTROL, USER_DEFINED = 1, 3, 4
+NORMAL, CONTROL, USER_DEFINED, BYTE = 1, 3, 4, 6
+GEMMA4_VISIBLE = ("<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>",
+                  "<|tool_response>", "<tool_response|>", '<|"|>')  # fmt: skip
+"""Tokens llama.cpp's ``Gemma4Model.set_vocab`` types user-defined (rendered in output)."""
 K_QUANT_ROW = 256
 """Values per K-quant super-block: a Q4_K row length is a multiple of it."""
 
@@ -182,6 +186,133 @@ def gpt2_tokenizer_metadata(folder: Path, pre: str) -> dict[str, Any]:
         meta["tokenizer.chat_template"] = template.read_text(encoding="utf-8")
     elif isinstance(tcfg.get("chat_template"), str):
         meta["tokenizer.chat_template"] = tcfg["chat_template"]
+    return meta
+
+
+def gemma_style_tokenizer(like: Path, folder: Path) -> Path:
+    """A copy of checkpoint folder ``like`` whose byte-level BPE ``tokenizer.json`` is
+    rewritten into the shape of Gemma 4's (HF ``GemmaTokenizer``: UTF-8 pieces with ``▁``
+    for spaces, ``<0xNN>`` byte-fallback tokens, spaces replaced by the normalizer), same
+    ids and added tokens: a byte-level piece that is valid UTF-8 becomes that text, a
+    lone byte of 0x80 and up its ``<0xNN>`` token, any other piece an unused
+    placeholder, and the merges between surviving pieces are kept in order."""
+    import shutil
+
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    folder.mkdir(parents=True)
+    for child in like.iterdir():
+        if child.is_file() and child.suffix != ".safetensors":
+            shutil.copy(child, folder / child.name)
+    tok = json.loads((like / "tokenizer.json").read_text(encoding="utf-8"))
+    char_byte = {c: b for b, c in enumerate_byte_level(ByteLevel.alphabet())}
+    added = {t["content"] for t in tok.get("added_tokens", [])}
+    pieces: dict[str, str] = {}
+    for token in tok["model"]["vocab"]:
+        if token in added:
+            pieces[token] = token
+            continue
+        raw = bytes(char_byte[c] for c in token)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = f"<0x{raw[0]:02X}>" if len(raw) == 1 else f"<unused{len(pieces)}>"
+        pieces[token] = text.replace(" ", "\u2581")
+    vocab = {pieces[t]: i for t, i in tok["model"]["vocab"].items()}
+    merges = []
+    for merge in tok["model"]["merges"]:
+        left, right = merge.split(" ") if isinstance(merge, str) else merge
+        a, b = pieces[left], pieces[right]
+        if not (a.startswith("<") or b.startswith("<")) and a + b in vocab:
+            merges.append([a, b])
+    tok["model"].update(vocab=vocab, merges=merges, byte_fallback=True, fuse_unk=True)
+    tok["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    tok["pre_tokenizer"] = {"type": "Split", "pattern": {"String": " "},
+                            "behavior": "MergedWithPrevious", "invert": False}  # fmt: skip
+    tok["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"}]}  # fmt: skip
+    bos = _json(like / "tokenizer_config.json").get("bos_token")
+    if isinstance(bos, str) and bos in vocab:  # Gemma's tokenizer.json adds <bos>
+        tok["post_processor"] = _bos_template(bos, vocab[bos])
+    (folder / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")
+    return folder
+
+
+def _bos_template(bos: str, ident: int) -> dict[str, Any]:
+    first = {"SpecialToken": {"id": bos, "type_id": 0}}
+    seq = [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}]
+    return {"type": "TemplateProcessing", "single": [first, seq[0]],
+            "pair": [first, seq[0], {"SpecialToken": {"id": bos, "type_id": 1}}, seq[1]],
+            "special_tokens": {bos: {"id": bos, "ids": [ident], "tokens": [bos]}}}  # fmt: skip
+
+
+def enumerate_byte_level(alphabet: Iterable[str]) -> list[tuple[int, str]]:
+    """(byte, character) of GPT-2's byte-level map (``ByteLevel.alphabet()`` gives the
+    characters unordered: printable bytes map to themselves, the rest to 256 + n in
+    byte order)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    out, extra = [], 0
+    for b in range(256):
+        if b in printable:
+            out.append((b, chr(b)))
+        else:
+            out.append((b, chr(256 + extra)))
+            extra += 1
+    assert {c for _, c in out} == set(alphabet)
+    return out
+
+
+def gemma4_tokenizer_metadata(folder: Path) -> dict[str, Any]:
+    """The ``tokenizer.*`` metadata llama.cpp's ``Gemma4Model.set_vocab`` writes for a
+    Gemma-shaped HF tokenizer folder: ``gemma4`` model, the pieces by id with score
+    -1000, types (byte tokens, control = the named special tokens, the chat markers
+    user-defined, the rest normal), the ``tokenizer.json`` merges as ``"a b"`` (a space
+    inside a piece written U+0120), the special ids, ``add_space_prefix`` false and
+    ``add_bos_token`` true, and the chat template."""
+    import re
+
+    tok = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    tcfg = _json(folder / "tokenizer_config.json")
+    vocab: dict[str, int] = dict(tok["model"]["vocab"])
+    for t in tok.get("added_tokens", []):
+        vocab[t["content"]] = t["id"]
+    named = [tcfg.get(f"{r}_token") for r in ("bos", "eos", "unk", "pad", "mask")]
+    extra = tcfg.get("extra_special_tokens") or tcfg.get("additional_special_tokens") or []
+    named += list(extra.values()) if isinstance(extra, dict) else list(extra)
+    special = {vocab[t] for t in named if isinstance(t, str) and t in vocab}
+    by_id = {i: t for t, i in vocab.items()}
+    tokens, types = [], []
+    for i in range(max(by_id) + 1):
+        token = by_id.get(i, f"[PAD{i}]")
+        tokens.append(token)
+        if token in GEMMA4_VISIBLE:
+            types.append(USER_DEFINED)
+        elif re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", token):
+            types.append(BYTE)
+        else:
+            types.append(CONTROL if i in special else NORMAL)
+    space = chr(ord(" ") + 256)
+    merges = [m if isinstance(m, str) else " ".join(p.replace(" ", space) for p in m)
+              for m in tok["model"]["merges"]]  # fmt: skip
+    meta: dict[str, Any] = {
+        "tokenizer.ggml.model": "gemma4",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": [-1000.0] * len(tokens),
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.add_space_prefix": False,
+        "tokenizer.ggml.add_bos_token": True,
+    }
+    for role, key in (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding")):
+        token = tcfg.get(f"{role}_token")
+        if isinstance(token, str) and token in vocab:
+            meta[f"tokenizer.ggml.{key}_token_id"] = vocab[token]
+    if isinstance(tcfg.get("add_eos_token"), bool):
+        meta["tokenizer.ggml.add_eos_token"] = tcfg["add_eos_token"]
+    template = folder / "chat_template.jinja"
+    if template.is_file():
+        meta["tokenizer.chat_template"] = template.read_text(encoding="utf-8")
     return meta
 
 

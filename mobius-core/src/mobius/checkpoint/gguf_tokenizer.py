@@ -7,13 +7,21 @@ llama.cpp stores the tokenizer in the metadata (``tokenizer.ggml.*``); a package
 (the eos and end-of-turn ids the runtime stops on). Core's runtime-file path
 (:mod:`mobius.chat_files`) then copies them like any checkpoint's.
 
-Two tokenizer models:
+Three tokenizer models:
 
 - ``gpt2``: byte-level BPE; ``tokenizer.ggml.tokens`` are the byte-level strings of the
   vocabulary, ``tokenizer.ggml.merges`` the ``"a b"`` merges, and ``tokenizer.ggml.pre``
   names the pre-tokenizer split (:data:`PRE_TOKENIZERS`);
 - ``llama``: SentencePiece-style BPE: tokens with ``tokenizer.ggml.scores`` (merge
-  priority) and byte fallback (``<0x41>`` tokens), ``▁`` for spaces.
+  priority) and byte fallback (``<0x41>`` tokens), ``▁`` for spaces;
+- ``gemma4``: what llama.cpp's converter writes for Gemma 4 (``Gemma4Model.set_vocab``):
+  the HF tokenizer's pieces (raw UTF-8 with ``▁`` for spaces, ``<0x41>`` byte tokens, the
+  added tokens after the base vocabulary), its ``tokenizer.json`` merges in
+  ``tokenizer.ggml.merges`` (ranked by order; a space inside a piece written as ``Ġ``,
+  U+0120), placeholder scores, ``add_space_prefix`` false and ``add_bos_token`` true.
+  llama.cpp reads it as a BPE over UTF-8 characters (no byte-level remap) with byte
+  fallback; the ``tokenizer.json`` written here is HF's ``GemmaTokenizer``: spaces
+  replaced by ``▁``, no prefix space, BPE with byte fallback and those merges.
 
 Token types (``tokenizer.ggml.token_type``): 1 normal, 2 unknown, 3 control, 4
 user-defined, 5 unused, 6 byte; control tokens become special added tokens,
@@ -30,6 +38,10 @@ from mobius.checkpoint.gguf import _short as _brief
 from mobius.errors import CheckpointError
 
 CONTROL, USER_DEFINED, UNUSED, BYTE = 3, 4, 5, 6
+MODELS = ("gpt2", "llama", "gemma4")
+"""The ``tokenizer.ggml.model`` values read here."""
+SPACE_IN_MERGE = chr(ord(" ") + 256)
+"""How gguf's ``SpecialVocab`` writes a space inside a merge's piece (``Ġ``)."""
 
 _QWEN2 = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -106,17 +118,20 @@ def side_files(metadata: Mapping[str, Any], *, where: str) -> dict[str, bytes]:
         tokenizer = _byte_level_bpe(metadata, tokens, types, where)
     elif model == "llama":
         tokenizer = _sentencepiece_bpe(metadata, tokens, types, where)
+    elif model == "gemma4":
+        tokenizer = _gemma4_bpe(metadata, tokens, where)
     else:
         raise _fail(
-            f"tokenizer.ggml.model {_brief(model)} is not one mobius reads (gpt2, llama)",
+            f"tokenizer.ggml.model {_brief(model)} is not one mobius reads ({', '.join(MODELS)})",
             where,
-            "use a GGUF file with a gpt2 (byte-level BPE) or llama (SentencePiece) tokenizer",
+            "use a GGUF file with a gpt2 (byte-level BPE), llama (SentencePiece) or gemma4 "
+            "tokenizer",
         )
     _add_tokens(tokenizer, tokens, types)
     names = {
         role: tokens[i] for role in _IDS if (i := _id(metadata, role, len(tokens))) is not None
     }
-    add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", model == "llama"))
+    add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", model in ("llama", "gemma4")))
     add_eos = bool(metadata.get("tokenizer.ggml.add_eos_token", False))
     _post_processor(tokenizer, names, add_bos and "bos" in names, add_eos and "eos" in names)
     files = {"tokenizer.json": tokenizer.to_str().encode("utf-8")}
@@ -249,6 +264,56 @@ def _sentencepiece_bpe(
         [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), *strip]
     )
     return tokenizer
+
+
+def _gemma4_bpe(metadata: Mapping[str, Any], tokens: list[str], where: str):
+    """Gemma 4's BPE over UTF-8 characters: merges in rank order, byte fallback, spaces as
+    ``▁`` (HF ``GemmaTokenizer``'s normalizer, pre-tokenizer and decoder)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    raw_merges = metadata.get("tokenizer.ggml.merges")
+    if (
+        not isinstance(raw_merges, list)
+        or not raw_merges
+        or not all(isinstance(m, str) for m in raw_merges)
+    ):
+        raise _fail("the gemma4 tokenizer has no tokenizer.ggml.merges (a list of strings)",
+                    where)  # fmt: skip
+    vocab = _vocab(tokens)
+    merges = [_gemma4_merge(m, vocab, where) for m in raw_merges]
+    unk = _id(metadata, "unk", len(tokens))
+    tokenizer = Tokenizer(
+        models.BPE(
+            vocab=vocab,
+            merges=merges,
+            unk_token=tokens[unk] if unk is not None else None,
+            fuse_unk=True,
+            byte_fallback=True,
+        )
+    )
+    tokenizer.normalizer = normalizers.Replace(" ", "▁")
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+    return tokenizer
+
+
+def _gemma4_merge(merge: str, vocab: Mapping[str, int], where: str) -> tuple[str, str]:
+    """``"left right"`` split as llama.cpp does (at the first space after the first
+    character); a piece outside the vocabulary is tried with ``Ġ`` read back as a space."""
+    cut = merge.find(" ", 1)
+    if cut < 0:
+        raise _fail(f"merge {_brief(merge)} of the gemma4 tokenizer has no space", where)
+    pair = []
+    for piece in (merge[:cut], merge[cut + 1 :]):
+        if piece not in vocab and piece.replace(SPACE_IN_MERGE, " ") in vocab:
+            piece = piece.replace(SPACE_IN_MERGE, " ")
+        pair.append(piece)
+    left, right = pair
+    if left not in vocab or right not in vocab or left + right not in vocab:
+        raise _fail(f"merge {_brief(merge)} uses a token outside the vocabulary", where)
+    return left, right
 
 
 def _add_tokens(tokenizer: Any, tokens: list[str], types: list[int]) -> None:
