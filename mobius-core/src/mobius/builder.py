@@ -73,6 +73,7 @@ def build(
     host: PluginHost | None = None,
     quant: str | QuantOptions | None = None,
     logits: str = "all",
+    mmproj: str | None = None,
 ) -> BuildResult:
     """Build ``source`` (a checkpoint folder, a GGUF file or Hub id) into a package at ``out``.
 
@@ -85,6 +86,10 @@ def build(
     forms); any ``dtype`` given dequantizes it.
     ``logits="last"`` makes the decoder's logits output cover the last position only
     (families on :mod:`mobius.lm`; a BuildError for a family that does not honour it).
+    ``mmproj`` names a GGUF model's companion file (llama.cpp's ``mmproj`` file with its
+    vision / audio encoders; ``"none"``: the model file alone); without it, the one
+    ``mmproj*.gguf`` file beside a GGUF model is read with it when its family reads such
+    files.
     Raises a :class:`~mobius.errors.MobiusError` subclass for anything a user can
     fix; OUT is untouched then.
     """
@@ -106,10 +111,19 @@ def build(
     from mobius.outdir import check_package_out
 
     local = looks_local(source)
+    from mobius.checkpoint.gguf import NO_COMPANION, is_gguf_source
+
+    companions = [mmproj] if mmproj is not None and mmproj.strip().lower() != NO_COMPANION else []
+    if companions and not (local and is_gguf_source(source)):
+        raise BuildError(
+            "--mmproj names the encoder file of a GGUF model, but SRC is no GGUF file",
+            where=source,
+            fix="pass the model's .gguf file as SRC, or drop --mmproj",
+        )
     out_path = check_package_out(
         out_path,
         force=force,
-        sources=[source] if local else [],
+        sources=[source, *companions] if local else [],
         notice=progress.message,
     )
 
@@ -119,8 +133,6 @@ def build(
         host = PluginHost.load()
 
     # Fail fast on a local folder before any safetensors header is read.
-    from mobius.checkpoint.gguf import is_gguf_source
-
     if local and not is_gguf_source(source):
         from mobius.config import read_config_file
 
@@ -129,13 +141,18 @@ def build(
         host.owner(model_type)
 
     progress.message(f"opening {source}")
-    checkpoint = host.open_checkpoint(source, revision)
+    checkpoint = host.open_checkpoint(source, revision, mmproj)
     if checkpoint is None:
         raise CheckpointError(
             f"no plugin recognises the checkpoint source {source!r}",
             where=source,
             fix="pass an existing local folder or a HuggingFace Hub id (org/name)",
         )
+    companion = getattr(checkpoint, "companion", None)
+    if companion is not None:
+        progress.message(f"mmproj companion {companion}: read with the model")
+    if getattr(checkpoint, "companion_note", ""):
+        progress.message(checkpoint.companion_note)
 
     from mobius.config import model_type_of
 

@@ -24,7 +24,8 @@ Two kinds of hooks:
 the source answers. Core registers three built-in implementations (a GGUF file, a
 local folder and the HuggingFace Hub) that run after every external plugin.
 ``mobius_gguf_translation`` is ``firstresult`` too: the family that knows a GGUF
-file's ``general.architecture`` answers.
+file's ``general.architecture`` answers; so is ``mobius_gguf_companion_translation``
+(the same, with the model's ``mmproj`` companion file).
 
 ``HOOK_API_VERSION`` is the version of this API. It rises when a hook or an
 argument is added (compatible) and its major part when one is removed or renamed
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from mobius.plugins import PluginHost
     from mobius.records import (
         BuildOptions,
+        GGUFCompanion,
         GGUFTranslation,
         ModelTypeInfo,
         Processors,
@@ -55,9 +57,11 @@ if TYPE_CHECKING:
     from mobius.weights import WeightPlan
 
 PROJECT = "mobius"
-HOOK_API_VERSION = "1.2"
+HOOK_API_VERSION = "1.3"
 """1.1 added ``mobius_quant_overrides``; 1.2 added ``mobius_gguf_translation`` and the
-``host`` argument of ``mobius_open_checkpoint``."""
+``host`` argument of ``mobius_open_checkpoint``; 1.3 added
+``mobius_gguf_companion_translation`` and the ``companion`` argument of
+``mobius_open_checkpoint``."""
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -145,14 +149,17 @@ def mobius_optimize_component(model: ir.Model, component: str, target: str) -> i
 
 @hookspec(firstresult=True)
 def mobius_open_checkpoint(
-    source: str, revision: str | None, host: PluginHost | None
+    source: str, revision: str | None, host: PluginHost | None, companion: str | None
 ) -> Checkpoint | None:
     """Open the checkpoint a user named on the command line.
 
     Called: once per build; the first non-``None`` answer wins. ``host`` is the
     :class:`mobius.plugins.PluginHost` calling, for an opener that needs other
     plugins' answers (core's GGUF opener asks ``mobius_gguf_translation``); ``None``
-    when the hook is called outside a host.
+    when the hook is called outside a host. ``companion`` is the companion file the
+    user named (``mobius build --mmproj FILE``: a GGUF model's ``mmproj`` file, or
+    ``"none"`` for no companion), ``None`` when none was named; an opener of sources
+    that have no companions raises a CheckpointError when one is named.
     Who answers: core's built-ins (a ``.gguf`` file, a folder holding one or the first
     file of a split; a local folder; a HuggingFace Hub id through
     ``huggingface_hub.snapshot_download``) and any plugin adding another source.
@@ -183,6 +190,33 @@ def mobius_gguf_translation(
     architecture the plugin does not serve. Core builds the tokenizer, chat template
     and stop ids from the metadata itself; ``bos_token_id`` / ``eos_token_id`` /
     ``pad_token_id`` it adds to the config when the family's has none.
+    """
+
+
+@hookspec(firstresult=True)
+def mobius_gguf_companion_translation(
+    architecture: str,
+    metadata: Mapping[str, Any],
+    tensors: Mapping[str, tuple[int, ...]],
+    companion: GGUFCompanion,
+) -> GGUFTranslation | None:
+    """Read a GGUF model file together with its companion file (llama.cpp's ``mmproj``
+    file, which holds the vision / audio encoders) as one HF checkpoint.
+
+    Called: by core's GGUF opener instead of ``mobius_gguf_translation`` when the model
+    has a companion (named by ``--mmproj FILE``, or the one ``mmproj*.gguf`` file
+    beside the model), on every plugin until one answers; ``architecture``,
+    ``metadata`` and ``tensors`` are the model file's, as for
+    ``mobius_gguf_translation``; ``companion`` is a :class:`mobius.records.GGUFCompanion`
+    (its metadata and tensor shapes). Core refuses a tensor name found in both files
+    before calling.
+    Who answers: the family that serves that architecture and reads its companions.
+    Returns: a :class:`mobius.records.GGUFTranslation` whose ``config`` describes the
+    whole model (e.g. a multimodal ``config.json``) and whose ``tensors`` maps every
+    tensor of both files; ``None`` when the plugin does not read this companion (core
+    then builds the model file alone, saying so, or refuses when the user named the
+    companion). A companion that does not belong to the model (another projector type,
+    other widths) is a CheckpointError saying so.
     """
 
 

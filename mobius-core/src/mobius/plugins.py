@@ -486,7 +486,9 @@ class PluginHost:
                 model = check_answer(name, hook, answer, type(model), "an onnx_ir.Model or None")
         return model
 
-    def open_checkpoint(self, source: str, revision: str | None) -> Checkpoint | None:
+    def open_checkpoint(
+        self, source: str, revision: str | None, companion: str | None = None
+    ) -> Checkpoint | None:
         """The first plugin answer that recognises ``source`` (pluggy's call order).
 
         A plugin whose opener raises something other than a
@@ -496,7 +498,7 @@ class PluginHost:
         """
         hook = "mobius_open_checkpoint"
         for name in implementers(self.pm, hook):
-            kwargs = {"source": source, "revision": revision, "host": self}
+            kwargs = {"source": source, "revision": revision, "host": self, "companion": companion}
             try:
                 answer = self._guarded(name, hook, kwargs)
             except PluginError as exc:
@@ -532,6 +534,32 @@ class PluginHost:
             fix="install the mobius family plugin for this architecture, or build the "
             "model's HuggingFace checkpoint instead",
         )
+
+    def gguf_companion_translation(
+        self,
+        architecture: str,
+        metadata: Mapping[str, Any],
+        tensors: Mapping[str, Any],
+        companion: Any,
+    ) -> tuple[str, GGUFTranslation] | None:
+        """(plugin, answer) of the first plugin that reads GGUF ``architecture`` with its
+        companion file (``mobius_gguf_companion_translation``); None when none does;
+        PluginError when the answer is no :class:`~mobius.records.GGUFTranslation`."""
+        from mobius.records import GGUFTranslation
+
+        hook = "mobius_gguf_companion_translation"
+        for name in implementers(self.pm, hook):
+            kwargs = {
+                "architecture": architecture,
+                "metadata": metadata,
+                "tensors": tensors,
+                "companion": companion,
+            }
+            answer = self._guarded(name, hook, kwargs)
+            if answer is not None:
+                expected = "a mobius.records.GGUFTranslation or None"
+                return name, check_answer(name, hook, answer, GGUFTranslation, expected)
+        return None
 
     def add_commands(self, app: typer.Typer) -> list[PluginRecord]:
         """Let every plugin add CLI commands; a plugin that raises is marked failed.

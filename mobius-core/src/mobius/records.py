@@ -192,3 +192,18 @@ class GGUFTranslation:
 
     config: Mapping[str, Any]
     tensors: Mapping[str, str | GGUFTensor | None]
+
+
+@dataclass(frozen=True)
+class GGUFCompanion:
+    """A companion GGUF file of a model (llama.cpp's ``mmproj`` file: its vision / audio
+    encoders), as ``mobius_gguf_companion_translation`` sees it.
+
+    ``metadata`` holds every key of the companion (``general.architecture`` is ``clip``
+    for llama.cpp's files), ``tensors`` every tensor name with its shape in numpy order;
+    ``file`` is the companion's path (for messages).
+    """
+
+    file: str
+    metadata: Mapping[str, Any]
+    tensors: Mapping[str, tuple[int, ...]]

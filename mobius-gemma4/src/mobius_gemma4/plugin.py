@@ -58,6 +58,15 @@ def mobius_gguf_translation(architecture: str, metadata, tensors):
 
 
 @hookimpl
+def mobius_gguf_companion_translation(architecture: str, metadata, tensors, companion):
+    """A ``gemma4`` file with its llama.cpp ``mmproj`` file (vision and audio encoders),
+    read as ``gemma4`` (:mod:`mobius_gemma4.gguf_mmproj`)."""
+    from mobius_gemma4.gguf_mmproj import translate_with_companion
+
+    return translate_with_companion(architecture, metadata, tensors, companion)
+
+
+@hookimpl
 def mobius_pipeline_contract(config, options: BuildOptions):
     from mobius_gemma4.contract import pipeline_contract
 
@@ -81,7 +90,7 @@ def mobius_weight_plan(config, component: str, checkpoint, options: BuildOptions
             from mobius_gemma4.unified.weights import unified_weight_plan
 
             return unified_weight_plan(config, component, checkpoint, options)
-        return media_weight_plan(config, component, options)
+        return media_weight_plan(config, component, options, checkpoint)
     if component not in ("model", "embedding", "decoder"):
         raise BuildError(
             f"Gemma 4 has no component {component!r}",

@@ -26,8 +26,11 @@ if TYPE_CHECKING:
 
 
 @hookimpl(specname="mobius_open_checkpoint", trylast=True)
-def open_checkpoint_as_gguf(source: str, revision: str | None, host: PluginHost | None):
-    """Answer when ``source`` is a ``.gguf`` file or a folder of one without config.json."""
+def open_checkpoint_as_gguf(
+    source: str, revision: str | None, host: PluginHost | None, companion: str | None = None
+):
+    """Answer when ``source`` is a ``.gguf`` file or a folder of one without config.json
+    (``companion``: the ``--mmproj`` file the user named, if any)."""
     from mobius.checkpoint.gguf import is_gguf_source, open_gguf
 
     if not is_gguf_source(source):
@@ -38,7 +41,7 @@ def open_checkpoint_as_gguf(source: str, revision: str | None, host: PluginHost 
             where=source,
             fix="drop --revision (it selects a Hub commit)",
         )
-    return open_gguf(source, host)
+    return open_gguf(source, host, companion=companion)
 
 
 @hookimpl(specname="mobius_open_checkpoint", trylast=True)

@@ -593,8 +593,13 @@ class GGUFCheckpoint(Checkpoint):
     ``root`` is the (first) GGUF file. :meth:`file` serves the files made from the
     metadata (``tokenizer.json``, ``tokenizer_config.json``, ``chat_template.jinja``,
     ``generation_config.json``), written to a private temporary folder that is removed
-    with the checkpoint.
+    with the checkpoint. :attr:`companion` is the ``mmproj`` file read with the model
+    (None: the model file alone); :attr:`companion_note` says why one found beside the
+    model was not read ("" when there is nothing to say).
     """
+
+    companion: Path | None = None
+    companion_note: str = ""
 
     def __init__(
         self,
@@ -849,11 +854,63 @@ def _read_exact(info: GGUFTensorInfo, offset: int, buffer: memoryview) -> None:
 # --------------------------------------------------------------------------- opening
 
 
-def open_gguf(source: str, host: PluginHost | None) -> GGUFCheckpoint:
+NO_COMPANION = "none"
+"""``--mmproj none``: build the model file alone, whatever lies beside it."""
+COMPANION_PREFIX = "mmproj"
+"""llama.cpp's name for a model's encoder file (``mmproj-MODEL-f16.gguf``)."""
+
+
+def companion_file(source: str, files: list[Path], named: str | None) -> tuple[Path | None, str]:
+    """(the companion GGUF file of the model ``files`` or None, a note for the user).
+
+    ``named`` is what the user passed (``--mmproj FILE``, or :data:`NO_COMPANION`); with
+    none, the one ``mmproj*.gguf`` file in the model's folder (SRC itself when it is a
+    folder) is the companion; several are left alone, saying so.
+    """
+    if named is not None and named.strip().lower() == NO_COMPANION:
+        return None, ""
+    if named is not None:
+        path = Path(named).expanduser().absolute()
+        fix = "pass the mmproj .gguf file llama.cpp's convert_hf_to_gguf.py --mmproj wrote"
+        if not path.is_file():
+            raise CheckpointError("mmproj file not found", where=str(path), fix=fix)
+        if path.suffix.lower() != SUFFIX:
+            raise CheckpointError("the mmproj file is not a .gguf file", where=str(path), fix=fix)
+        if any(path.resolve() == f.resolve() for f in files):
+            raise CheckpointError(
+                "the mmproj file is the model file itself", where=str(path), fix=fix
+            )
+        return path, ""
+    folder = Path(source).expanduser().absolute()
+    if not folder.is_dir():
+        folder = files[0].parent
+    found = sorted(
+        p
+        for p in folder.iterdir()
+        if p.suffix.lower() == SUFFIX
+        and p.name.lower().startswith(COMPANION_PREFIX)
+        and p.is_file()
+        and p not in files
+    )
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found[:4])
+        return None, (
+            f"{len(found)} mmproj files beside the model ({names}): none read, the package "
+            "holds the model file's parts only; choose one with --mmproj FILE"
+        )
+    return (found[0], "") if found else (None, "")
+
+
+def open_gguf(
+    source: str, host: PluginHost | None, *, companion: str | None = None
+) -> GGUFCheckpoint:
     """Open the GGUF checkpoint ``source`` names, translated by the family of its
-    architecture (``host.gguf_translation``)."""
+    architecture (``host.gguf_translation``), with its companion file when it has one
+    (``companion``: the file the user named, see :func:`companion_file`; the family then
+    answers ``host.gguf_companion_translation``)."""
     from mobius.checkpoint.gguf_tokenizer import side_files, special_ids
     from mobius.checkpoint.local import BackgroundHashes
+    from mobius.records import GGUFCompanion
 
     files = gguf_files(source)
     first = files[0]
@@ -867,15 +924,7 @@ def open_gguf(source: str, host: PluginHost | None) -> GGUFCheckpoint:
             where=str(first),
             fix="convert the model again with llama.cpp's convert_hf_to_gguf.py",
         )
-    shapes: dict[str, tuple[int, ...]] = {}
-    for t in tensors:
-        if t.name in shapes:
-            raise CheckpointError(
-                f"tensor {_short(t.name)} is stored twice",
-                where=str(t.file),
-                fix=FIX_DAMAGED,
-            )
-        shapes[t.name] = t.shape
+    shapes = _shapes(tensors)
     if host is None:
         raise CheckpointError(
             "a GGUF file needs the plugin host to find the family of its architecture",
@@ -883,8 +932,48 @@ def open_gguf(source: str, host: PluginHost | None) -> GGUFCheckpoint:
             fix="open it through PluginHost.open_checkpoint (mobius build does)",
         )
     view = MappingProxyType(metadata)
-    plugin, translation = host.gguf_translation(architecture, view, MappingProxyType(shapes))
+    mmproj, note = companion_file(source, files, companion)
+    answer = None
+    if mmproj is not None:
+        extra_meta, extra = read_gguf(mmproj)
+        both = [t.name for t in extra if t.name in shapes]
+        if both:
+            raise CheckpointError(
+                f"tensor {_short(both[0])} is in both the model file and its mmproj file",
+                where=str(mmproj),
+                fix="pass the mmproj file made for this model (--mmproj FILE), or "
+                "--mmproj none for the model file alone",
+            )
+        record = GGUFCompanion(
+            file=str(mmproj),
+            metadata=MappingProxyType(extra_meta),
+            tensors=MappingProxyType(_shapes(extra)),
+        )
+        answer = host.gguf_companion_translation(
+            architecture, view, MappingProxyType(shapes), record
+        )
+        if answer is None and companion is not None:
+            raise CheckpointError(
+                f"no installed plugin reads an mmproj file with GGUF architecture {architecture!r}",
+                where=str(mmproj),
+                fix="drop --mmproj (the package then holds the model file's parts only), "
+                "or install a plugin version that reads it",
+            )
+        if answer is None:
+            note = (
+                f"{mmproj.name} beside the model not read: the {architecture!r} family "
+                "reads no mmproj files (the package holds the model file's parts only)"
+            )
+            mmproj = None
+        else:
+            tensors = tensors + extra
+            files = [*files, mmproj]
+    if answer is None:
+        answer = host.gguf_translation(architecture, view, MappingProxyType(shapes))
+    plugin, translation = answer
     where = f"{first} (architecture {architecture!r}, plugin {plugin})"
+    if mmproj is not None:
+        where = f"{first} with {mmproj.name} (architecture {architecture!r}, plugin {plugin})"
     infos = _translate_tensors(tensors, translation.tensors, where)
     config = dict(translation.config)
     for key, value in special_ids(view).items():
@@ -896,7 +985,26 @@ def open_gguf(source: str, host: PluginHost | None) -> GGUFCheckpoint:
         commit=None,
         files=BackgroundHashes({p.name: p for p in files}),
     )
-    return GGUFCheckpoint(first, info, config, infos, side_files(view, where=str(first)), metadata)
+    checkpoint = GGUFCheckpoint(
+        first, info, config, infos, side_files(view, where=str(first)), metadata
+    )
+    checkpoint.companion = mmproj
+    checkpoint.companion_note = note
+    return checkpoint
+
+
+def _shapes(tensors: list[_RawTensor]) -> dict[str, tuple[int, ...]]:
+    """Tensor name → shape; CheckpointError for a name stored twice."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for t in tensors:
+        if t.name in shapes:
+            raise CheckpointError(
+                f"tensor {_short(t.name)} is stored twice",
+                where=str(t.file),
+                fix=FIX_DAMAGED,
+            )
+        shapes[t.name] = t.shape
+    return shapes
 
 
 def _translate_tensors(

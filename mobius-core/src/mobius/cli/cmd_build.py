@@ -320,6 +320,15 @@ def register(app: typer.Typer) -> None:
                 "much faster prefill with a large vocabulary). Decoder-LM kit families.",
             ),
         ] = Logits.all,
+        mmproj: Annotated[
+            str | None,
+            typer.Option(
+                "--mmproj",
+                help="A GGUF model's encoder file (llama.cpp's mmproj-*.gguf: vision / audio "
+                "towers), read with the model. Default: the one mmproj*.gguf beside the "
+                "model, when its family reads it; 'none': the model file alone.",
+            ),
+        ] = None,
         debug: Annotated[bool, typer.Option("--debug", help=DEBUG_HELP)] = False,
     ) -> None:
         """Build SOURCE (a checkpoint) into a model package at OUT."""
@@ -360,6 +369,7 @@ def register(app: typer.Typer) -> None:
                     host=host,
                     quant=quant_options,
                     logits=logits.value,
+                    mmproj=mmproj,
                 )
             total = sum(result.components.values())
             typer.echo(

@@ -8,8 +8,10 @@ float tensor is cast to the build dtype at save time.
 
 from __future__ import annotations
 
-from mobius.records import BuildOptions
-from mobius.weights import WeightPlan
+from typing import Any
+
+from mobius.records import PORT_DTYPE_OF_BUILD_DTYPE, BuildOptions
+from mobius.weights import WeightPlan, ref
 from mobius_gemma4.vision.config import Gemma4VisionConfig
 from mobius_gemma4.weights.entries import CKPT_PREFIX, plan_from_entries
 
@@ -60,13 +62,29 @@ def vision_weight_entries(cfg: Gemma4VisionConfig) -> list[tuple[str, str, bool]
     return out
 
 
-def vision_weight_plan(cfg: Gemma4VisionConfig, options: BuildOptions) -> WeightPlan:
+PATCH = "vision_tower.patch_embedder.input_proj.weight"
+
+
+def vision_weight_plan(
+    cfg: Gemma4VisionConfig, options: BuildOptions, checkpoint: Any = None
+) -> WeightPlan:
     """Plan for ``model.vision_tower.*`` + ``model.embed_vision.*`` of a multimodal checkpoint.
 
     Without ``use_clipped_linears`` the graph has no bound initializers; bounds that a
-    checkpoint nevertheless carries are ignored (reported), not an error.
+    checkpoint nevertheless carries are ignored (reported), not an error. The patch
+    embedding is HF's ``[hidden, p·p·3]`` (channels last), or llama.cpp's conv kernel
+    ``[hidden, 3, p, p]`` (an mmproj GGUF file: :mod:`mobius_gemma4.gguf_mmproj`),
+    permuted back here.
     """
-    plan = plan_from_entries(vision_weight_entries(cfg), options)
+    entries = vision_weight_entries(cfg)
+    info = None if checkpoint is None else checkpoint.tensors.get(CKPT_PREFIX + PATCH)
+    if info is not None and len(info.shape) == 4:
+        entries = [e for e in entries if e[0] != PATCH]
+    plan = plan_from_entries(entries, options)
+    if info is not None and len(info.shape) == 4:
+        hidden = info.shape[0]
+        expr = ref(CKPT_PREFIX + PATCH).transpose((0, 2, 3, 1)).reshape((hidden, -1))
+        plan.add(PATCH, expr.transpose().cast(PORT_DTYPE_OF_BUILD_DTYPE[options.dtype]))
     if not cfg.use_clipped_linears:
         for i in range(cfg.num_hidden_layers):
             lp = f"{CKPT_PREFIX}vision_tower.encoder.layers.{i}."

@@ -7,17 +7,21 @@ plans of :mod:`mobius_gemma4.vision` / :mod:`mobius_gemma4.audio`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from mobius.errors import WeightPlanError
 from mobius.records import BuildOptions
 from mobius.weights import WeightPlan
 from mobius_gemma4.config import Gemma4Config
 
 
-def media_weight_plan(config: Gemma4Config, component: str, options: BuildOptions) -> WeightPlan:
+def media_weight_plan(
+    config: Gemma4Config, component: str, options: BuildOptions, checkpoint: Any = None
+) -> WeightPlan:
     if component == "vision_encoder" and config.vision is not None:
         from mobius_gemma4.vision import vision_weight_plan
 
-        return vision_weight_plan(config.vision, options)
+        return vision_weight_plan(config.vision, options, checkpoint)
     if component == "audio_encoder" and config.audio is not None:
         from mobius_gemma4.audio import audio_weight_plan
 
