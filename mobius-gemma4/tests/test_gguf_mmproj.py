@@ -286,22 +286,27 @@ def test_mismatched_mmproj_is_refused(tmp_path, meta, extra, match):
     with pytest.raises(CheckpointError, match=match) as info:
         mobius.build(str(folder), out)
     error = info.value
-    assert "\n" not in error.render() and error.fix and error.where
+    assert "\n" not in error.what and error.fix and error.where
     assert not out.exists()
 
 
 @pytest.mark.l2
 def test_mmproj_that_is_no_mmproj_file(tmp_path):
-    """``--mmproj`` naming a model file (architecture gemma4) is refused naming it."""
+    """``--mmproj`` naming a model file, a missing file, or given with a safetensors SRC
+    is refused naming it; nothing written."""
     import mobius
     from mobius.errors import BuildError, CheckpointError
+    from mobius_testing.gguf_files import write_gguf
 
     folder, ref = _write_pair(tmp_path, "F32")
     model = next(folder.glob("tiny-*.gguf"))
     copy = tmp_path / "other.gguf"
     copy.write_bytes(model.read_bytes())
-    with pytest.raises(CheckpointError, match=r"general\.architecture is 'gemma4', not 'clip'"):
+    with pytest.raises(CheckpointError, match=r"'rope_freqs\.weight' is in both the model"):
         mobius.build(str(model), tmp_path / "pkg", mmproj=str(copy))
+    other = write_gguf(tmp_path / "llama.gguf", "llama", {}, [("x.weight", np.ones(4), "F32")])
+    with pytest.raises(CheckpointError, match=r"general\.architecture is 'llama', not 'clip'"):
+        mobius.build(str(model), tmp_path / "pkg", mmproj=str(other))
     with pytest.raises(CheckpointError, match="mmproj file not found"):
         mobius.build(str(model), tmp_path / "pkg", mmproj=str(tmp_path / "missing.gguf"))
     with pytest.raises(BuildError, match="SRC is no GGUF file"):
