@@ -372,13 +372,15 @@ def test_builtin_impls_order_gguf_then_local_then_hub() -> None:
 def test_hook_opens_folder_and_refuses_file(tmp_path: Path) -> None:
     pm = _plugin_manager()
     root = make_sharded(tmp_path / "owner" / "name")
-    ckpt = pm.hook.mobius_open_checkpoint(source=str(root), revision=None, host=None)
+    ckpt = pm.hook.mobius_open_checkpoint(
+        source=str(root), revision=None, host=None, companion=None
+    )
     assert ckpt is not None and ckpt.source.kind == "local" and ckpt.source.source == str(root)
     with pytest.raises(CheckpointError, match="--revision"):
-        pm.hook.mobius_open_checkpoint(source=str(root), revision="main", host=None)
+        pm.hook.mobius_open_checkpoint(source=str(root), revision="main", host=None, companion=None)
     with pytest.raises(CheckpointError, match="not a folder"):
         pm.hook.mobius_open_checkpoint(
-            source=str(root / "m-1.safetensors"), revision=None, host=None
+            source=str(root / "m-1.safetensors"), revision=None, host=None, companion=None
         )
 
 
@@ -394,7 +396,7 @@ def test_hook_local_folder_wins_over_hub_id(
     make_sharded(tmp_path / "owner" / "name")
     monkeypatch.chdir(tmp_path)
     ckpt = _plugin_manager().hook.mobius_open_checkpoint(
-        source="owner/name", revision=None, host=None
+        source="owner/name", revision=None, host=None, companion=None
     )
     assert ckpt.source.kind == "local"
 
@@ -408,10 +410,17 @@ def test_hook_hub_id_and_unrecognised_source(
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: str(snap))
     monkeypatch.chdir(tmp_path)
     pm = _plugin_manager()
-    ckpt = pm.hook.mobius_open_checkpoint(source="owner/name", revision="r", host=None)
+    ckpt = pm.hook.mobius_open_checkpoint(
+        source="owner/name", revision="r", host=None, companion=None
+    )
     assert ckpt.source.kind == "hub" and ckpt.source.revision == "r"
     assert (
-        pm.hook.mobius_open_checkpoint(source="./not/there/at/all", revision=None, host=None)
+        pm.hook.mobius_open_checkpoint(
+            source="./not/there/at/all", revision=None, host=None, companion=None
+        )
         is None
     )
-    assert pm.hook.mobius_open_checkpoint(source="noslash", revision=None, host=None) is None
+    assert (
+        pm.hook.mobius_open_checkpoint(source="noslash", revision=None, host=None, companion=None)
+        is None
+    )

@@ -374,3 +374,70 @@ def test_stored_blocks_are_the_matmulnbits_scheme(tmp_path, kind, bits):
         assert ckpt.stored_quantized("w", scheme, np.float32) is None
     assert ckpt.stored_quantized("f", QuantScheme(bits=bits), np.float32) is None
     assert ckpt.stored_quantized("t", QuantScheme(bits=bits), np.float32) is None
+
+
+class ToyWithCompanion(ToyFamily):
+    """ToyFamily that also reads ``clip`` companions (their tensors prefixed ``enc.``)."""
+
+    @hookimpl
+    def mobius_gguf_companion_translation(self, architecture, metadata, tensors, companion):
+        if architecture != "toy" or companion.metadata.get("general.architecture") != "clip":
+            return None
+        self.seen.append(("companion", companion.file, dict(companion.tensors)))
+        mapped = {n: n for n in tensors}
+        mapped.update({n: f"enc.{n}" for n in companion.tensors})
+        return GGUFTranslation(config={"model_type": "toy-mm"}, tensors=mapped)
+
+
+def test_a_companion_beside_the_model_is_read_with_it(tmp_path):
+    """The one ``mmproj*.gguf`` beside the model goes to the family's companion hook; its
+    tensors join the checkpoint and its hash the manifest's files; ``--mmproj none``, a
+    family that reads no companions, several candidates or a damaged one leave the model
+    file alone, with a note."""
+    a, e = np.ones((2, 32), np.float32), np.full((3, 32), 2, np.float32)
+    toy_file(tmp_path / "m.gguf", [("a", a, "F32")])
+    write_gguf(tmp_path / "mmproj-m.gguf", "clip", {}, [("e", e, "F32")])
+    family = ToyWithCompanion()
+    ckpt = host_with(family).open_checkpoint(str(tmp_path), None)
+    assert ckpt.raw_config["model_type"] == "toy-mm" and ckpt.companion.name == "mmproj-m.gguf"
+    np.testing.assert_array_equal(ckpt.read("enc.e"), e)
+    assert dict(ckpt.source.files).keys() == {"m.gguf", "mmproj-m.gguf"}
+    alone = host_with(ToyWithCompanion()).open_checkpoint(str(tmp_path), None, "none")
+    assert alone.raw_config["model_type"] == "toy" and alone.companion is None
+
+    text_only = open_toy(tmp_path / "m.gguf")  # ToyFamily reads no companions
+    assert set(text_only.tensors) == {"a"} and "reads no mmproj files" in text_only.companion_note
+    write_gguf(tmp_path / "mmproj-m-f16.gguf", "clip", {}, [("e", e, "F16")])
+    two = host_with(ToyWithCompanion()).open_checkpoint(str(tmp_path), None)
+    assert two.companion is None and "2 mmproj files beside the model" in two.companion_note
+    named = host_with(ToyWithCompanion()).open_checkpoint(
+        str(tmp_path / "m.gguf"), None, str(tmp_path / "mmproj-m-f16.gguf")
+    )
+    assert named.companion.name == "mmproj-m-f16.gguf"
+    (tmp_path / "mmproj-m-f16.gguf").write_bytes(b"damaged")
+    (tmp_path / "mmproj-m.gguf").unlink()
+    broken = host_with(ToyWithCompanion()).open_checkpoint(str(tmp_path), None)
+    assert broken.companion is None and "beside the model not read: " in broken.companion_note
+
+
+def test_a_named_companion_is_checked(tmp_path):
+    """``--mmproj FILE``: missing, not .gguf, the model itself, damaged, clashing names,
+    or unread by every family: one-line errors naming it."""
+    a = np.ones((2, 32), np.float32)
+    model = toy_file(tmp_path / "m.gguf", [("a", a, "F32")])
+    (tmp_path / "enc.bin").write_bytes(b"x")
+    (tmp_path / "bad.gguf").write_bytes(b"damaged" * 8)
+    clash = write_gguf(tmp_path / "clash.gguf", "clip", {}, [("a", a, "F32")])
+    other = write_gguf(tmp_path / "other.gguf", "vits", {}, [("e", a, "F32")])
+    cases = [
+        (tmp_path / "gone.gguf", "mmproj file not found"),
+        (tmp_path / "enc.bin", "not a .gguf file"),
+        (model, "the model file itself"),
+        (tmp_path / "bad.gguf", "not a readable GGUF file"),
+        (clash, "tensor 'a' is in both the model file and its mmproj file"),
+        (other, "no installed plugin reads an mmproj file with GGUF architecture 'toy'"),
+    ]
+    for path, match in cases:
+        with pytest.raises(CheckpointError, match=match) as info:
+            host_with(ToyWithCompanion()).open_checkpoint(str(model), None, str(path))
+        assert "\n" not in info.value.what and info.value.fix

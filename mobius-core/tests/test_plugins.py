@@ -232,7 +232,9 @@ def test_external_open_checkpoint_runs_before_builtins(tiny_checkpoint) -> None:
     assert host.open_checkpoint(str(tiny_checkpoint), None) is marker
     # pluggy's own call agrees with the host's order
     assert (
-        host.pm.hook.mobius_open_checkpoint(source=str(tiny_checkpoint), revision=None, host=host)
+        host.pm.hook.mobius_open_checkpoint(
+            source=str(tiny_checkpoint), revision=None, host=host, companion=None
+        )
         is marker
     )
 

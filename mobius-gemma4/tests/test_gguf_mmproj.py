@@ -70,7 +70,7 @@ def _mmproj_tensors(weights: dict[str, np.ndarray], kind: str):
                 name += ".weight"
             if name.endswith("patch_embedder.input_proj.weight"):
                 n, k = data.shape
-                p = int(round((k // 3) ** 0.5))
+                p = round((k // 3) ** 0.5)
                 data = data.reshape(n, p, p, 3).transpose(0, 3, 1, 2).copy()
         new = tmap.get_name(key=name, try_suffixes=suffixes)
         assert new is not None, hf

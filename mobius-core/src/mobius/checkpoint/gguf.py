@@ -934,6 +934,12 @@ def open_gguf(
     view = MappingProxyType(metadata)
     mmproj, note = companion_file(source, files, companion)
     answer = None
+    if mmproj is not None and companion is None:
+        try:  # found, not named: a damaged one is left alone, saying so
+            read_gguf(mmproj)
+        except CheckpointError as exc:
+            note = f"{mmproj.name} beside the model not read: {exc.what}"
+            mmproj = None
     if mmproj is not None:
         extra_meta, extra = read_gguf(mmproj)
         both = [t.name for t in extra if t.name in shapes]
