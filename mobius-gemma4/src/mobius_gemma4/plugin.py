@@ -57,10 +57,11 @@ def mobius_gguf_translation(architecture: str, metadata, tensors):
     return translate(architecture, metadata, tensors)
 
 
-@hookimpl
+@hookimpl(optionalhook=True)
 def mobius_gguf_companion_translation(architecture: str, metadata, tensors, companion):
     """A ``gemma4`` file with its llama.cpp ``mmproj`` file (vision and audio encoders),
-    read as ``gemma4`` (:mod:`mobius_gemma4.gguf_mmproj`)."""
+    read as ``gemma4`` (:mod:`mobius_gemma4.gguf_mmproj`). Optional: core before hook API
+    1.3 has no such hook (the plugin then loads, and reads the text file alone)."""
     from mobius_gemma4.gguf_mmproj import translate_with_companion
 
     return translate_with_companion(architecture, metadata, tensors, companion)
