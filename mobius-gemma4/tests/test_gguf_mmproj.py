@@ -8,12 +8,14 @@ tensors F32) and, with ``--mmproj``, the encoders (``Gemma4VisionAudioModel``:
 from gguf-py's own tensor map after the converter's renames; the patch embedding
 reshaped and permuted to a ``[hidden, 3, p, p]`` conv kernel, ``per_dim_scale`` stored
 as its softplus, the depthwise conv kernel squeezed to ``[h, k]``, scalar clip bounds as
-``[1]``; in an F16 file the converter's F32 exceptions: norms, 1-D tensors, biases and
-bounds, the position table, the audio conv stack and its input projection). The package
-built from the pair equals the safetensors build of a checkpoint holding the same values
-(the file's F16 rounding applied; the soft-token budget, which no GGUF key stores, at
-HF's default): encoder outputs and logits of an image prompt and an audio prompt within
-1e-4, greedy ids equal.
+``[1]``; in an F16 or Q8_0 file the converter's F32 exceptions: norms, 1-D tensors,
+biases and bounds, the position table, the audio conv stack and its input projection, the
+patch embedding outside F16 files; Q8_0 falls back to F16 where 32 does not divide a row).
+The package built from the pair (the file's quantization kept: Q8_0 encoder weights
+become MatMulNBits) equals the safetensors build of a checkpoint holding the same values
+(gguf's dequantization of the file's tensors; the soft-token budget, which no GGUF key
+stores, at HF's default): encoder outputs and logits of an image prompt and an audio
+prompt within 1e-4, greedy ids equal.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import pytest
 TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
 TINY = TESTDATA / "tiny-gemma4-mm"
 MEDIA = TESTDATA / "media"
-KINDS = ["F32", "F16"]
+KINDS = ["F32", "F16", "Q8_0"]
 NOT_IN_GGUF = ("vision_soft_tokens_per_image",)
 """Config keys no GGUF key stores (the reference checkpoint drops them too)."""
 VISION_NOT_IN_GGUF = ("default_output_length",)
@@ -75,12 +77,16 @@ def _mmproj_tensors(weights: dict[str, np.ndarray], kind: str):
         new = tmap.get_name(key=name, try_suffixes=suffixes)
         assert new is not None, hf
         ggml = "F32"
-        if kind == "F16":
+        if kind != "F32":
             forced_f32 = (audio and (".conv" in hf or ("_conv" in hf and ".weight" in hf))) or (
                 "position_embedding_table" in hf
             )
             if not forced_f32 and data.ndim > 1 and new.endswith(".weight"):
-                ggml = "F16"
+                ggml = kind
+            if new.endswith(".patch_embd.weight"):  # MmprojModel: F16 only in an F16 file
+                ggml = "F16" if kind == "F16" else "F32"
+            if ggml == "Q8_0" and data.shape[-1] % 32:
+                ggml = "F16"  # the converter's fallback when the blocks do not divide a row
             if data.ndim <= 1 or new.endswith("_norm.weight"):
                 ggml = "F32"
         out.append((new, np.ascontiguousarray(data, np.float32), ggml, hf))
@@ -117,7 +123,12 @@ def _mmproj_metadata(cfg: dict) -> dict:
 
 def _text_gguf(path: Path, cfg: dict, weights: dict[str, np.ndarray], kind: str):
     """The text file (``Gemma4Model``); returns {HF name: stored type}."""
-    from mobius_testing.gguf_files import gpt2_tokenizer_metadata, llamacpp_name, write_gguf
+    from mobius_testing.gguf_files import (
+        fitting_type,
+        gpt2_tokenizer_metadata,
+        llamacpp_name,
+        write_gguf,
+    )
 
     t = cfg["text_config"]
     layers = t["num_hidden_layers"]
@@ -157,11 +168,26 @@ def _text_gguf(path: Path, cfg: dict, weights: dict[str, np.ndarray], kind: str)
         if not hf.startswith("model.language_model."):
             continue
         text_name = "model." + hf[len("model.language_model.") :]
-        ggml = kind if w.ndim > 1 else "F32"
+        ggml = fitting_type(kind, w.shape[-1]) if w.ndim > 1 else "F32"
         tensors.append((llamacpp_name(g, text_name, layers), w, ggml))
-        types[hf] = ggml
+        types[hf] = (w, ggml)
     write_gguf(path, g, meta, tensors)
     return types
+
+
+def _held(hf: str, stored: np.ndarray, ggml: str, like: np.ndarray) -> np.ndarray:
+    """The values a tensor stored as ``ggml`` holds, in HF's layout (gguf's own
+    dequantization; the patch embedding's conv-kernel layout permuted back)."""
+    import gguf
+
+    if ggml == "F32":
+        return like
+    qtype = gguf.GGMLQuantizationType[ggml]
+    back = gguf.quants.dequantize(gguf.quants.quantize(stored, qtype), qtype)
+    back = back.astype(np.float32).reshape(stored.shape)
+    if hf.endswith("patch_embedder.input_proj.weight"):
+        back = back.transpose(0, 2, 3, 1)
+    return back.reshape(like.shape)
 
 
 def _write_pair(root: Path, kind: str, *, mmproj_meta=None, extra=()):
@@ -177,10 +203,9 @@ def _write_pair(root: Path, kind: str, *, mmproj_meta=None, extra=()):
     stored = [(n, d, t) for n, d, t, _ in enc]
     write_gguf(folder / f"mmproj-tiny-gemma4-mm-{kind.lower()}.gguf", "clip", meta,
                [*stored, *extra])  # fmt: skip
-    types.update({hf: t for _, _, t, hf in enc})
-    # the values the files hold, in HF form: F16 tensors rounded
-    held = {hf: (w.astype(np.float16).astype(np.float32) if types.get(hf) == "F16" else w)
-            for hf, w in weights.items()}  # fmt: skip
+    types.update({hf: (d, t) for _, d, t, hf in enc})
+    # the values the files hold, in HF form (F16 rounding, Q8_0 blocks)
+    held = {hf: _held(hf, *types[hf], w) if hf in types else w for hf, w in weights.items()}
     ref_cfg = {k: v for k, v in cfg.items() if k not in NOT_IN_GGUF}
     ref_cfg["vision_config"] = {
         k: v for k, v in cfg["vision_config"].items() if k not in VISION_NOT_IN_GGUF
@@ -205,7 +230,9 @@ def test_gguf_with_mmproj_equals_the_safetensors_build(mobius_build, tmp_path, k
     folder, reference = _write_pair(tmp_path, kind)
     ref = load_pipeline(mobius_build(reference, dtype="f32"))
     out = tmp_path / "pkg"
-    mobius.build(str(folder), out)  # the folder: the mmproj file beside the model is found
+    # the folder: the mmproj file beside the model is found; dtype None keeps the file's
+    # quantization (the CLI's default)
+    mobius.build(str(folder), out, dtype=None)
     manifest = json.loads((out / MANIFEST_NAME).read_text())
     assert manifest["model_type"] == "gemma4"
     names = {c["name"] for c in manifest["contract"]["components"]}
@@ -218,6 +245,11 @@ def test_gguf_with_mmproj_equals_the_safetensors_build(mobius_build, tmp_path, k
     for key in ("image_token_id", "boi_token_id", "eoi_token_id", "audio_token_id",
                 "boa_token_id", "eoa_token_index", "video_token_id"):  # fmt: skip
         assert config[key] == truth[key], key
+    if kind == "Q8_0":  # the encoders' Q8_0 blocks are kept as MatMulNBits
+        quant = manifest["quantization"]["components"]
+        for component in ("vision_encoder", "audio_encoder"):
+            kinds = {e["source_type"] for e in quant[component]["tensors"].values()}
+            assert kinds == {"Q8_0"}, (component, kinds)
     got = load_pipeline(out)
     cases = {
         "image": ("Describe this. <|image|>", {"images": [str(MEDIA / "tiny.png")]},
