@@ -190,8 +190,9 @@ def _held(hf: str, stored: np.ndarray, ggml: str, like: np.ndarray) -> np.ndarra
     return back.reshape(like.shape)
 
 
-def _write_pair(root: Path, kind: str, *, mmproj_meta=None, extra=()):
-    """(folder with the text GGUF and its mmproj file, reference checkpoint folder)."""
+def _write_pair(root: Path, kind: str, *, mmproj_meta=None, extra=(), edit=None):
+    """(folder with the text GGUF and its mmproj file, reference checkpoint folder);
+    ``edit`` may change the encoder tensors written (a list of (name, data, type, HF name))."""
     from mobius_testing.gguf_files import write_checkpoint, write_gguf
 
     cfg, weights = _tiny()
@@ -199,7 +200,10 @@ def _write_pair(root: Path, kind: str, *, mmproj_meta=None, extra=()):
     folder.mkdir()
     types = _text_gguf(folder / f"tiny-gemma4-mm-{kind}.gguf", cfg, weights, kind)
     enc = _mmproj_tensors(weights, kind)
+    if edit is not None:
+        enc = edit(enc)
     meta = {**_mmproj_metadata(cfg), **(mmproj_meta or {})}
+    meta = {k: v for k, v in meta.items() if v is not None}  # None: the key left out
     stored = [(n, d, t) for n, d, t, _ in enc]
     write_gguf(folder / f"mmproj-tiny-gemma4-mm-{kind.lower()}.gguf", "clip", meta,
                [*stored, *extra])  # fmt: skip
@@ -344,3 +348,51 @@ def test_mmproj_that_is_no_mmproj_file(tmp_path):
     with pytest.raises(BuildError, match="SRC is no GGUF file"):
         mobius.build(str(ref), tmp_path / "pkg", mmproj=str(copy))
     assert not (tmp_path / "pkg").exists()
+
+
+@pytest.mark.l2
+def test_vision_only_mmproj_builds_without_audio(tmp_path):
+    """A vision-only mmproj (26B-A4B / 31B have no audio tower): no audio_encoder, and
+    the image features are those of the full pair's package."""
+    pytest.importorskip("onnxruntime")
+    import mobius
+    from mobius_testing.lm_parity import load_pipeline
+
+    (tmp_path / "full").mkdir()
+    full, _ = _write_pair(tmp_path / "full", "F32")
+    drop = {k: None for k in _mmproj_metadata(_tiny()[0]) if k.startswith("clip.audio.")}
+    vision_only = tmp_path / "vision"
+    vision_only.mkdir()
+    folder, _ = _write_pair(
+        vision_only,
+        "F32",
+        mmproj_meta={**drop, "clip.has_audio_encoder": False},
+        edit=lambda enc: [e for e in enc if not e[0].startswith(("a.", "mm.a."))],
+    )
+    a = mobius.build(str(full), tmp_path / "a", dtype=None)
+    b = mobius.build(str(folder), tmp_path / "b", dtype=None)
+    assert "audio_encoder" in a.components and "audio_encoder" not in b.components
+    media = {"images": [str(MEDIA / "tiny.png")]}
+    port = "vision_encoder.image_features"
+    _, want = _encoded(load_pipeline(a.out), "Describe this. <|image|>", **media)
+    _, have = _encoded(load_pipeline(b.out), "Describe this. <|image|>", **media)
+    np.testing.assert_array_equal(have[port], want[port])
+
+
+@pytest.mark.l2
+def test_a_per_dim_scale_that_is_no_softplus_is_refused(tmp_path):
+    """``per_dim_scale`` is stored as a softplus (> 0); a value ≤ 0 cannot be undone and is
+    refused naming the tensor, nothing written."""
+    import mobius
+    from mobius.errors import CheckpointError
+
+    def negative(enc):
+        return [(n, -d if n == "a.blk.1.per_dim_scale.weight" else d, t, hf)
+                for n, d, t, hf in enc]  # fmt: skip
+
+    folder, _ = _write_pair(tmp_path, "F32", edit=negative)
+    out = tmp_path / "pkg"
+    with pytest.raises(CheckpointError, match="not positive") as info:
+        mobius.build(str(folder), out, dtype=None)
+    assert "a.blk.1.per_dim_scale.weight" in info.value.where and "\n" not in info.value.what
+    assert not out.exists()

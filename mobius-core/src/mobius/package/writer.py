@@ -36,7 +36,7 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius import outdir
-from mobius.errors import PackageError
+from mobius.errors import MobiusError, PackageError
 from mobius.outdir import remove_stale_siblings as remove_stale_siblings
 from mobius.package.manifest import (
     _COMPONENT_NAME,
@@ -154,12 +154,29 @@ def write_package(
             )
         _stamp(tmp)
         _move_into_place(tmp, out, progress and progress.message, force=force)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        cause = _mobius_cause(exc)
+        if cause is not None and cause is not exc:
+            # a user-fixable error raised while a tensor was read (a checkpoint value a
+            # transform refuses, a file that shrank) reaches the user as itself, not
+            # wrapped in the serializer's error
+            raise cause from None
         raise
     if progress is not None:
         progress.message(f"package written to {out}")
     return out
+
+
+def _mobius_cause(exc: BaseException | None) -> MobiusError | None:
+    """The first MobiusError in ``exc``'s cause / context chain (``exc`` itself first)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, MobiusError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _stamp(tmp: Path) -> None:
