@@ -396,3 +396,32 @@ def test_a_per_dim_scale_that_is_no_softplus_is_refused(tmp_path):
         mobius.build(str(folder), out, dtype=None)
     assert "a.blk.1.per_dim_scale.weight" in info.value.where and "\n" not in info.value.what
     assert not out.exists()
+
+
+@pytest.mark.l2
+def test_cli_mmproj_option(tmp_path):
+    """``mobius build MODEL.gguf OUT --mmproj FILE`` says which file it read; a second
+    mmproj file beside the model leaves both alone, saying so; an unknown one exits 1."""
+    from typer.testing import CliRunner
+
+    from mobius.cli import make_app
+
+    folder, _ = _write_pair(tmp_path, "F16")
+    model = next(folder.glob("tiny-*.gguf"))
+    mmproj = next(folder.glob("mmproj-*.gguf"))
+
+    def run(*args: str):
+        return CliRunner().invoke(make_app(), ["build", *args], env={"COLUMNS": "300"})
+
+    named = run(str(model), str(tmp_path / "a"), "--mmproj", str(mmproj))
+    assert named.exit_code == 0, named.output
+    assert f"mmproj companion {mmproj}: read with the model" in named.output
+    assert "built gemma4 package" in named.output
+    (folder / "mmproj-copy.gguf").write_bytes(mmproj.read_bytes())
+    two = run(str(folder), str(tmp_path / "b"))
+    assert two.exit_code == 0, two.output
+    assert "2 mmproj files beside the model" in two.output
+    assert "built gemma4_text package" in two.output
+    missing = run(str(model), str(tmp_path / "c"), "--mmproj", str(tmp_path / "no.gguf"))
+    assert missing.exit_code == 1 and "mmproj file not found" in missing.output
+    assert not (tmp_path / "c").exists()
