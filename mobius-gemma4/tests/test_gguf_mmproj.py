@@ -121,14 +121,10 @@ def _mmproj_metadata(cfg: dict) -> dict:
     }
 
 
-def _text_gguf(path: Path, cfg: dict, weights: dict[str, np.ndarray], kind: str):
-    """The text file (``Gemma4Model``); returns {HF name: stored type}."""
-    from mobius_testing.gguf_files import (
-        fitting_type,
-        gpt2_tokenizer_metadata,
-        llamacpp_name,
-        write_gguf,
-    )
+def _text_gguf(path: Path, cfg: dict, weights: dict[str, np.ndarray], kind: str, vocab: dict):
+    """The text file (``Gemma4Model``; ``vocab``: its ``tokenizer.*`` keys); returns
+    {HF name: (stored array, type)}."""
+    from mobius_testing.gguf_files import fitting_type, llamacpp_name, write_gguf
 
     t = cfg["text_config"]
     layers = t["num_hidden_layers"]
@@ -158,7 +154,7 @@ def _text_gguf(path: Path, cfg: dict, weights: dict[str, np.ndarray], kind: str)
         f"{g}.attention.value_length": max(dims),
         f"{g}.attention.key_length_swa": min(dims),
         f"{g}.attention.value_length_swa": min(dims),
-        **gpt2_tokenizer_metadata(TINY, pre="gpt-2"),
+        **vocab,
     }
     rotated = int(max(dims) * 0.25 / 2)
     freqs = np.array([1.0] * rotated + [1e30] * (max(dims) // 2 - rotated), np.float32)
@@ -190,15 +186,32 @@ def _held(hf: str, stored: np.ndarray, ggml: str, like: np.ndarray) -> np.ndarra
     return back.reshape(like.shape)
 
 
-def _write_pair(root: Path, kind: str, *, mmproj_meta=None, extra=(), edit=None):
+def _write_pair(
+    root: Path, kind: str, *, mmproj_meta=None, extra=(), edit=None, tokenizer: str = "gpt2"
+):
     """(folder with the text GGUF and its mmproj file, reference checkpoint folder);
-    ``edit`` may change the encoder tensors written (a list of (name, data, type, HF name))."""
-    from mobius_testing.gguf_files import write_checkpoint, write_gguf
+    ``edit`` may change the encoder tensors written (a list of (name, data, type, HF name));
+    ``tokenizer``: ``gpt2`` writes the tiny byte-level BPE as llama.cpp writes a gpt2
+    vocab, ``gemma4`` rewrites it into Gemma 4's shape and writes it as
+    ``Gemma4Model.set_vocab`` does (the reference checkpoint gets the rewritten one)."""
+    from mobius_testing.gguf_files import (
+        gemma4_tokenizer_metadata,
+        gemma_style_tokenizer,
+        gpt2_tokenizer_metadata,
+        write_checkpoint,
+        write_gguf,
+    )
 
+    like = TINY
+    if tokenizer == "gemma4":
+        like = gemma_style_tokenizer(TINY, root / "tiny-gemma4-mm-gemma-tokenizer")
+        vocab = gemma4_tokenizer_metadata(like)
+    else:
+        vocab = gpt2_tokenizer_metadata(TINY, pre="gpt-2")
     cfg, weights = _tiny()
     folder = root / f"gguf-{kind}"
     folder.mkdir()
-    types = _text_gguf(folder / f"tiny-gemma4-mm-{kind}.gguf", cfg, weights, kind)
+    types = _text_gguf(folder / f"tiny-gemma4-mm-{kind}.gguf", cfg, weights, kind, vocab)
     enc = _mmproj_tensors(weights, kind)
     if edit is not None:
         enc = edit(enc)
@@ -214,7 +227,7 @@ def _write_pair(root: Path, kind: str, *, mmproj_meta=None, extra=(), edit=None)
     ref_cfg["vision_config"] = {
         k: v for k, v in cfg["vision_config"].items() if k not in VISION_NOT_IN_GGUF
     }
-    return folder, write_checkpoint(root / f"ref-{kind}", ref_cfg, held, TINY)
+    return folder, write_checkpoint(root / f"ref-{kind}", ref_cfg, held, like)
 
 
 def _encoded(pipe, prompt: str, **media):
@@ -224,14 +237,19 @@ def _encoded(pipe, prompt: str, **media):
 
 
 @pytest.mark.l2
-@pytest.mark.parametrize("kind", KINDS)
-def test_gguf_with_mmproj_equals_the_safetensors_build(mobius_build, tmp_path, kind):
+@pytest.mark.parametrize(
+    ("kind", "tokenizer"), [(k, "gpt2") for k in KINDS] + [(k, "gemma4") for k in KINDS]
+)
+def test_gguf_with_mmproj_equals_the_safetensors_build(mobius_build, tmp_path, kind, tokenizer):
     pytest.importorskip("onnxruntime")
     import mobius
+    from mobius.checkpoint import gguf_tokenizer
     from mobius.package import MANIFEST_NAME
     from mobius_testing.lm_parity import load_pipeline
 
-    folder, reference = _write_pair(tmp_path, kind)
+    if tokenizer not in getattr(gguf_tokenizer, "MODELS", ("gpt2",)):  # corefloor rows
+        pytest.skip(f"the installed mobius-core reads no {tokenizer} tokenizer")
+    folder, reference = _write_pair(tmp_path, kind, tokenizer=tokenizer)
     ref = load_pipeline(mobius_build(reference, dtype="f32"))
     out = tmp_path / "pkg"
     # the folder: the mmproj file beside the model is found; dtype None keeps the file's
@@ -267,11 +285,14 @@ def test_gguf_with_mmproj_equals_the_safetensors_build(mobius_build, tmp_path, k
         np.testing.assert_array_equal(ids_got, ids_ref)
         feat = float(np.abs(have[port].astype(np.float32) - want[port]).max())
         delta = float(np.abs(have["logits"].astype(np.float32) - want["logits"]).max())
-        print(f"\n[gguf+mmproj {kind} {label}] max|Δ {port}| {feat:.2e}, max|Δ logits| {delta:.2e}")
+        print(
+            f"\n[gguf+mmproj {kind} {tokenizer} {label}] max|Δ {port}| {feat:.2e}, max|Δ logits| {delta:.2e}"
+        )
         assert feat <= 1e-4 and delta <= 1e-4, (label, feat, delta)
         greedy = ref.generate(prompt, max_new_tokens=8, **media).ids
         assert got.generate(prompt, max_new_tokens=8, **media).ids == greedy
-    if kind == "F32":  # F32 files hold the checkpoint itself: the original build agrees too
+    if kind == "F32" and tokenizer == "gpt2":  # F32 holds the checkpoint itself: so does
+        # the original build
         import mobius as m
 
         orig = load_pipeline(m.build(str(TINY), tmp_path / "orig").out)
