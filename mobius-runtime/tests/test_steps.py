@@ -105,3 +105,48 @@ def test_a_decode_step_binds_only_the_growing_mask(tiny_gqa_package, monkeypatch
     assert decode[0] == ["in:input_ids", "in:attention_mask", "in:position_ids", "device:logits"]
     for binds in decode[1:]:
         assert binds == ["in:attention_mask", "device:logits"]
+
+
+def test_a_batched_decode_step_keeps_its_kv_buffers_bound(tiny_gqa_package, monkeypatch):
+    """A cohort of several rows keeps its bindings too (:meth:`Batcher.decode`): after its
+    first step, a step binds the new ids, mask and positions and lets the logits be
+    allocated, never the shared KV buffers; its logits equal fresh bindings' bit for bit."""
+    from mobius_runtime.batching import Batcher
+
+    log: list[list[str]] = [[]]
+    real_init = iobind.StepBinding.__init__
+
+    def init(self, session):
+        real_init(self, session)
+        if not self._fast:
+            pytest.skip("this onnxruntime has no C-level IO binding")
+        self._c = _Counting(self._c, log)
+
+    p = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
+    batcher = Batcher(p)
+    prompts = [PROMPT, PROMPT[:15], PROMPT[:9]]
+
+    def run(kept: bool) -> list[np.ndarray]:
+        logits, cohort = batcher.prefill_many(prompts, [len(PROMPT) + 8] * len(prompts))
+        rows = []
+        for _ in range(6):
+            tokens = np.asarray(logits).argmax(-1).tolist()
+            if not kept:
+                cohort.steps = None  # a fresh binding at every step: the old behaviour
+            logits = batcher.decode(cohort, tokens)
+            rows.append(np.array(logits, copy=True))
+        return rows
+
+    fresh = run(kept=False)
+    monkeypatch.setattr(iobind.StepBinding, "__init__", init)
+    kept = run(kept=True)
+    for a, b in zip(kept, fresh, strict=True):
+        np.testing.assert_array_equal(a, b)
+    _prefill, first, *later, after = log
+    assert after == []
+    assert sum(n.startswith("in:past_key_values") for n in first) == 8  # bound once
+    assert len(later) == 5
+    for binds in later:
+        assert sorted(binds) == [
+            "device:logits", "in:attention_mask", "in:input_ids", "in:position_ids"
+        ]  # fmt: skip

@@ -82,8 +82,9 @@ class Cohort:
     pasts: list[int]
     needs: list[int]
     shared: bool = False
-    # a one-row cohort's IO bindings, kept from step to step (executor.Steps), and the
-    # [1, 1] ids array they read in place; a merged or trimmed cohort starts fresh ones
+    # the cohort's IO bindings, kept from step to step (executor.Steps), and a one-row
+    # cohort's [1, 1] ids array they read in place; a merged or trimmed cohort starts
+    # fresh ones
     steps: Any = field(default=None, repr=False, compare=False)
     step_ids: Any = field(default=None, repr=False, compare=False)
 
@@ -320,9 +321,10 @@ class Batcher:
         ends = starts + pasts + 1
         mask = ((col >= starts[:, None]) & (col < ends[:, None])).astype(np.int64)
         generated = {"attention_mask": mask, "position_ids": pasts.reshape(rows, 1)}
-        values = self.executor.step(
-            {"input_ids": ids}, cohort.values, length, cohort.capacity, generated
-        )
+        if cohort.steps is None or cohort.steps.capacity != cohort.capacity:
+            cohort.steps = self.executor.steps(cohort.capacity)
+        # the cohort's own bindings: its shared KV buffers stay bound from step to step
+        values = cohort.steps.step({"input_ids": ids}, cohort.values, length, generated)
         logits = last_position(values[self.plan.logits])
         cohort.values = self.executor.next_state(values)
         cohort.pasts = [p + 1 for p in cohort.pasts]

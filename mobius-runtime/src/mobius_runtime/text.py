@@ -119,6 +119,7 @@ class TextSide:
         self._literal_tokenizer: Any = None
         self._markers: re.Pattern[str] | None = None
         self._kept: tuple[bool, re.Pattern[str] | None] | None = None
+        self._single: dict[int, str] = {}  # decode_one's answers (read without a lock)
 
     @property
     def processors(self) -> Processors:
@@ -429,12 +430,26 @@ class TextSide:
         others = sorted(specials - CALL_MARKERS, key=len, reverse=True)
         return True, re.compile("|".join(map(re.escape, others))) if others else None
 
+    SINGLE_CACHE = 1 << 16  # decode_one keeps at most this many ids' texts
+
+    def decode_one(self, token: int) -> str:
+        """``decode([token])``, remembered: a stream needs each released id's own text as
+        the context of its next piece, once per token, and replies reuse ids."""
+        text = self._single.get(token)
+        if text is None:
+            text = self.decode([token])
+            if len(self._single) < self.SINGLE_CACHE and self._tokenizer is not None:
+                self._single[token] = text
+        return text
+
 
 class TextStream:
     """One reply's text, released piece by piece as its ids come, with constant work per id.
 
     Each :meth:`push` decodes only the ids not yet released plus one id of context (so a
-    tokenizer's leading-space handling sees the same neighbour), never the whole reply;
+    tokenizer's leading-space handling sees the same neighbour), never the whole reply,
+    in one tokenizer call (the context id's own text, which the piece is cut after, comes
+    from :meth:`TextSide.decode_one`'s memory once that id has been seen);
     an incomplete UTF-8 character is held back until it completes (at most
     ``MAX_PENDING`` ids, then released as decoded). Text that may begin one of ``stops``
     is held back until it is known not to; a stop string is searched for only in the
@@ -449,6 +464,8 @@ class TextStream:
 
     def __init__(self, text: TextSide, stops: Sequence[str] = (), live: bool = True) -> None:
         self._decode = text.decode
+        one = getattr(text, "decode_one", None)  # a stand-in may offer decode() alone
+        self._decode_one = one if one is not None else (lambda token: text.decode([token]))
         self.stops = tuple(s for s in stops if s)
         self.live = live or bool(self.stops)
         self.ids: list[int] = []
@@ -474,7 +491,7 @@ class TextStream:
             return ""  # an incomplete character: wait for the next id
         new = decoded[len(self._prefix) :] if decoded.startswith(self._prefix) else decoded
         self._start = len(self.ids)
-        self._prefix = self._decode(self.ids[-1:])
+        self._prefix = self._decode_one(self.ids[-1])
         text = self._held + new
         cut = first_stop(text, self.stops)
         if cut is not None:
