@@ -305,22 +305,16 @@ def test_gguf_matches_hf_gguf_loader(tmp_path, kind):
     GGUF loader on the same file (HF's tensor mapping and gguf's dequantization, float32;
     the checkpoint's config, and ``layer_scalar`` from the file's ``layer_output_scale``,
     which HF 5.24 does not map), within 1e-4, top-1 equal everywhere."""
-    from mobius_testing.reference import missing_reference
+    from mobius_testing.reference import hf_gguf_model, missing_reference
 
     if (reason := missing_reference()) is not None:
         pytest.skip(reason)
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     from mobius_testing.lm_parity import load_pipeline, step_logits
 
     path, dequantized = gemma4_gguf(tmp_path, kind)
-    hf = AutoModelForCausalLM.from_pretrained(
-        str(path.parent),
-        gguf_file=path.name,
-        config=AutoConfig.from_pretrained(str(dequantized)),
-        dtype=torch.float32,
-    ).eval()
+    hf = hf_gguf_model(path, config=dequantized)
     import gguf
 
     reader = gguf.GGUFReader(path)

@@ -163,12 +163,12 @@ def test_gguf_package_matches_hf_gguf_loader(gguf_builds):
     loader is the reference for the weights (its tensor mapping and dequantization) and the
     tokenizer. HF 5.24 reads no ``qwen3.attention.key_length`` (head_dim falls back to
     Qwen3's 128, wrong for this tiny model), so it gets the checkpoint's config.json."""
-    from mobius_testing.reference import missing_reference
+    from mobius_testing.reference import hf_gguf_model, missing_reference
 
     if (reason := missing_reference()) is not None:
         pytest.skip(reason)
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from mobius_testing.lm_parity import load_pipeline, step_logits
 
@@ -182,12 +182,7 @@ def test_gguf_package_matches_hf_gguf_loader(gguf_builds):
                 "max_position_embeddings", "rms_norm_eps", "eos_token_id"):  # fmt: skip
         assert translated[key] == truth[key], key
     assert translated["rope_parameters"] == truth["rope_parameters"]
-    hf = AutoModelForCausalLM.from_pretrained(
-        str(path.parent),
-        gguf_file=path.name,
-        config=AutoConfig.from_pretrained(str(TINY)),
-        dtype=torch.float32,
-    ).eval()
+    hf = hf_gguf_model(path, config=TINY)
     ids = np.random.default_rng(3).integers(6, 512, size=(1, 24), dtype=np.int64)
     with torch.no_grad():
         ref = hf(torch.from_numpy(ids)).logits.numpy()

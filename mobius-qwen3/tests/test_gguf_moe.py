@@ -295,22 +295,16 @@ def test_qwen3moe_gguf_matches_hf_gguf_loader(files, tmp_path, kind):
     """The package built from a qwen3moe file (its blocks kept) gives the logits of HF's
     GGUF loader on the same file (HF's tensor mapping, expert stacking and gguf's
     dequantization; float32), within 1e-4, top-1 equal everywhere."""
-    from mobius_testing.reference import missing_reference
+    from mobius_testing.reference import hf_gguf_model, missing_reference
 
     if (reason := missing_reference()) is not None:
         pytest.skip(reason)
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     from mobius_testing.lm_parity import load_pipeline, step_logits
 
     path, dequantized = files(True, kind)
-    hf = AutoModelForCausalLM.from_pretrained(
-        str(path.parent),
-        gguf_file=path.name,
-        config=AutoConfig.from_pretrained(str(dequantized)),
-        dtype=torch.float32,
-    ).eval()
+    hf = hf_gguf_model(path, config=dequantized)
     ids = np.random.default_rng(3).integers(6, 512, size=(1, 24), dtype=np.int64)
     with torch.no_grad():
         ref = hf(torch.from_numpy(ids)).logits.numpy()

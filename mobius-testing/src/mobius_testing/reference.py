@@ -273,6 +273,28 @@ class HFReference:
         return prov
 
 
+def hf_gguf_model(path: str | Path, config: str | Path | None = None, dtype: str = "float32"):
+    """HF's model from HF transformers' own GGUF loader on the file ``path`` (its tensor
+    mapping, gguf's dequantization to ``dtype``), in eval mode. ``config``: a checkpoint
+    folder whose ``config.json`` is used instead of the config HF reads from the file's
+    metadata (for architectures whose metadata HF 5.24 misreads; the tests that pass it
+    say why). Raises :class:`ReferenceError` without torch + transformers."""
+    reason = missing_reference()
+    if reason:
+        raise ReferenceError(reason, where="python environment", fix=REFERENCE_HINT)
+    import torch
+    import transformers
+
+    path = Path(path)
+    extra = (
+        {} if config is None else {"config": transformers.AutoConfig.from_pretrained(str(config))}
+    )
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=getattr(torch, dtype), **extra
+    )
+    return model.eval()
+
+
 def _is_gguf(source: str) -> bool:
     return source.endswith(".gguf") and Path(source).is_file()
 
