@@ -21,7 +21,7 @@ segfaults in llama_decode on some VMs.
 
 Usage: python benchmarks/llamacpp.py FILE.gguf [FILE.gguf ...] [--build-args "--quant int4"]
            [--threads 2] [--prompt-len 128] [--new 64] [--runs 5] [--out /tmp/mobius-llamacpp]
-           [--package PKG]   (a prebuilt package for a single FILE: no build)
+           [--package PKG]   (a prebuilt package for a single FILE: no build) [--spin auto|on|off]
 Targets (not asserted): decode ours / llama.cpp >= 1.0; prefill llama.cpp / ours >= 1.0.
 """
 
@@ -71,10 +71,10 @@ def build(gguf: Path, out: Path, extra: list[str]) -> Path:
 class Ours:
     """mobius-runtime on the package: greedy ``generate`` and one-step logits."""
 
-    def __init__(self, package: Path, threads: int) -> None:
+    def __init__(self, package: Path, threads: int, spin: str = "auto") -> None:
         from mobius_runtime import Pipeline
 
-        self.pipeline = Pipeline.load(package, device="cpu", threads=threads)
+        self.pipeline = Pipeline.load(package, device="cpu", threads=threads, spin=spin)
 
     def generate(self, ids: list[int], new: int) -> tuple[list[int], float, float]:
         r = self.pipeline.generate(input_ids=[ids], max_new_tokens=new, stop_ids=())
@@ -157,7 +157,7 @@ def bench(gguf: Path, package: Path, args) -> None:
     ids = theirs.tokenize(" ".join([TEXT] * 4))[: args.prompt_len]
     if len(ids) < args.prompt_len:
         raise SystemExit(f"the text gives only {len(ids)} ids; lower --prompt-len")
-    ours = Ours(package, args.threads)
+    ours = Ours(package, args.threads, args.spin)
     ours.generate(ids, 4)  # warm-up, both sides
     theirs.generate(ids, 4)
     before = load_average()
@@ -175,7 +175,9 @@ def bench(gguf: Path, package: Path, args) -> None:
     }
     print(
         f"{gguf.name}: prompt {len(ids)} ids, {args.new} greedy tokens, {args.threads} threads, "
-        f"median of {args.runs} turns each; load average before {before}, after {after}"
+        f"median of {args.runs} turns each; load average before {before}, after {after}; "
+        f"ours --spin {args.spin}: onnxruntime workers "
+        f"{'spin' if ours.pipeline.spin else 'do not spin'}"
     )
     for name, (pre, tps) in med.items():
         print(f"  {name:10s} prefill {pre:8.1f} ms   decode {tps:7.1f} tok/s")
@@ -209,6 +211,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--out", type=Path, default=Path("/tmp/mobius-llamacpp"))
     ap.add_argument("--package", type=Path, help="a prebuilt package (one GGUF file only)")
+    ap.add_argument(
+        "--spin", default="auto", choices=["auto", "on", "off"], help="ours: Pipeline.load(spin=)"
+    )
     args = ap.parse_args()
     if args.package and len(args.gguf) != 1:
         ap.error("--package goes with exactly one GGUF file")

@@ -74,8 +74,8 @@ def profile(package: Path, prompt_len: int, new: int, threads: int) -> None:
     prefix = Path(tempfile.mkdtemp(prefix="mobius-profile-")) / "run"
     real = ort_sessions.session_options
 
-    def with_profiling(n):
-        options = real(n)
+    def with_profiling(n, spin=False):
+        options = real(n, spin)
         options.enable_profiling = True
         options.profile_file_prefix = str(prefix)
         return options

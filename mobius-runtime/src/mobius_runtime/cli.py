@@ -55,6 +55,13 @@ RepetitionPenalty = Annotated[
 ]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
 Threads = Annotated[int | None, typer.Option("--threads", help="onnxruntime intra-op threads.")]
+SPIN_HELP = (
+    "auto, on or off: whether onnxruntime's worker threads spin between the nodes of a step "
+    "(faster when the cores are free, slower when other jobs share them). auto: spin when "
+    "the cores are free at load (mobius_runtime.ort_sessions.decide_spin)."
+)
+"""``--spin``'s help (generate, chat, serve)."""
+Spin = Annotated[str, typer.Option("--spin", help=SPIN_HELP)]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks.")]
 Images = Annotated[
     list[Path] | None, typer.Option("--image", help="Image file (repeatable).", metavar="FILE")
@@ -120,11 +127,11 @@ def require_package(package: Path) -> None:
         )
 
 
-def _load(package: Path, device: str, threads: int | None):
+def _load(package: Path, device: str, threads: int | None, spin: str = "auto"):
     from mobius_runtime.pipeline import Pipeline
 
     require_package(package)
-    pipeline = Pipeline.load(package, device=device, threads=threads)
+    pipeline = Pipeline.load(package, device=device, threads=threads, spin=spin)
     try:
         pipeline.check_generative()
     except MobiusError as exc:
@@ -173,6 +180,7 @@ def run(
     repetition_penalty: RepetitionPenalty = 1.0,
     device: Device = "auto",
     threads: Threads = None,
+    spin: Spin = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print ids, text, timings.")] = False,
     debug: Debug = False,
 ) -> None:
@@ -186,7 +194,7 @@ def run(
             max_new_tokens, sample, temperature, top_k, top_p, seed, min_p, repetition_penalty
         )
         images, clips = _readable("image", image or []), _readable("audio", audio or [])
-        pipeline = _load(package, device, threads)
+        pipeline = _load(package, device, threads, spin)
         if not raw and not pipeline.has_chat_layout:
             typer.echo(
                 "note: the package has no chat template and its family no chat layout; "
@@ -249,6 +257,7 @@ def chat(
     repetition_penalty: RepetitionPenalty = 1.0,
     device: Device = "auto",
     threads: Threads = None,
+    spin: Spin = "auto",
     stats: Annotated[
         bool, typer.Option("--stats", help="After each reply, print token counts to stderr.")
     ] = False,
@@ -271,7 +280,7 @@ def chat(
             "image": _readable("image", image or []),
             "audio": _readable("audio", audio or []),
         }
-        pipeline = _load(package, device, threads)
+        pipeline = _load(package, device, threads, spin)
         session = ChatSession(pipeline, system, sampling=sampling)
     except MobiusError as exc:
         _fail(exc, debug)

@@ -41,18 +41,83 @@ def check_threads(threads: int | None) -> None:
         )
 
 
-def session_options(threads: int | None) -> Any:
-    """Tuned options: ORT_ENABLE_ALL, sequential execution, ``threads`` intra-op threads.
+SPIN_MODES = ("auto", "on", "off")
+"""``spin`` values of :func:`decide_spin` (``Pipeline.load(spin=...)``, ``--spin``)."""
 
-    Intra-op worker threads do not spin while waiting for work: spinning wins a
-    little latency on an idle machine but halves decode speed when cores are
-    shared (measured: tiny Gemma 4, 2 threads on a loaded 2-core machine, 75 ->
-    150 tok/s), and it would make concurrent requests on one Pipeline fight for
-    the same cores. Measured again (2026-12-02, onnxruntime 1.31.1, tiny Gemma 4
-    ``--target cpu``, 64 greedy tokens, each setting in its own process, medians of 9
-    generations taken in turns with onnxruntime-genai's, load average 5.8 on 2 cores):
-    no spinning, 2 threads 1.03x onnxruntime-genai; spinning, 2 threads 0.45x; 1 thread
-    0.82x. So: no spinning, and the caller's thread count.
+SPIN_BUSY_LIMIT = 0.25
+"""``auto`` spins only while other work uses at most this many cores of the ones the
+session's threads need."""
+
+
+def _busy_cores(window_s: float = 0.05) -> float | None:
+    """Cores busy with work other than this process' main thread over a short sleep:
+    two reads of ``/proc/stat`` ``window_s`` apart (None where there is no /proc/stat)."""
+    import time
+
+    def read() -> tuple[int, int] | None:
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                fields = [int(v) for v in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        if len(fields) < 5:
+            return None
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields[:8]) - idle, sum(fields[:8])
+
+    first = read()
+    time.sleep(window_s)
+    second = read()
+    if first is None or second is None or second[1] <= first[1]:
+        return None
+    cores = os.cpu_count() or 1
+    return cores * (second[0] - first[0]) / (second[1] - first[1])
+
+
+def decide_spin(mode: str, threads: int | None, device: str = "cpu") -> tuple[bool, str]:
+    """Whether onnxruntime's intra-op workers spin inside a run, and why (for the log).
+
+    Measured (2026-12-02, onnxruntime 1.31.1, 2 threads on a 2-core AMD EPYC VM, real
+    SmolLM2-135M / Gemma 3 270M GGUF builds ``--target cpu``, 64 greedy tokens, medians
+    of 4 turns in one process): with the machine otherwise idle, spinning inside a run
+    raised decode from 34.3 to 40.8 tok/s (SmolLM2) and 25.1 to 28.1–29.4 (Gemma 3): a
+    decode step is ~1000 small nodes, and a worker that blocks between them is woken
+    by the kernel for each parallel one. With the cores taken by other jobs (load
+    average 5.3) it fell from 16.6 to 8.9 (13.1 when spinning stops as each run
+    returns): a spinning worker takes the time slice the runnable jobs need (as
+    measured earlier on tiny Gemma 4 at load average 5.8: no spinning 1.03x
+    onnxruntime-genai's decode, spinning 0.45x). So:
+    ``on`` spins, ``off`` never does, ``auto`` (the default) spins only when the cores
+    the threads need are free now (other work on at most :data:`SPIN_BUSY_LIMIT` of
+    them, read from ``/proc/stat`` over 50 ms), and never on CUDA (the GPU does the
+    work). Spinning workers always stop when a run returns
+    (``session.force_spinning_stop``): nothing spins between tokens or requests. The
+    choice is made once, when the pipeline loads; on a machine that gets busy later,
+    pass ``off``.
+    """
+    if mode not in SPIN_MODES:
+        raise RequestError(
+            f"spin={mode!r} is not one of {', '.join(SPIN_MODES)}",
+            where="spin (--spin)",
+            fix="pass auto (spin while the cores are free), on or off",
+        )
+    if mode != "auto":
+        return mode == "on", mode
+    if device != "cpu":
+        return False, f"auto: device {device}"
+    cores = os.cpu_count() or 1
+    need = min(int(threads) if threads else cores, cores)
+    busy = _busy_cores()
+    if busy is None:
+        return False, "auto: no /proc/stat to tell whether the cores are free"
+    free = cores - busy
+    spin = free >= need - SPIN_BUSY_LIMIT
+    return spin, f"auto: {busy:.2f} of {cores} cores busy, {need} needed"
+
+
+def session_options(threads: int | None, spin: bool = False) -> Any:
+    """Tuned options: ORT_ENABLE_ALL, sequential execution, ``threads`` intra-op threads,
+    and intra-op spinning as :func:`decide_spin` chose (always stopped when a run returns).
     """
     import onnxruntime as ort
 
@@ -60,20 +125,21 @@ def session_options(threads: int | None) -> Any:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    options.add_session_config_entry("session.force_spinning_stop", "1")
     if threads:
         options.intra_op_num_threads = int(threads)
         options.inter_op_num_threads = 1
     return options
 
 
-def open_session(path: Path, device: str, threads: int | None) -> Any:
+def open_session(path: Path, device: str, threads: int | None, spin: bool = False) -> Any:
     """An InferenceSession for the graph at ``path`` on the resolved ``device``."""
     import onnxruntime as ort
 
     try:
         return ort.InferenceSession(
-            str(path), sess_options=session_options(threads), providers=providers_for(device)
+            str(path), sess_options=session_options(threads, spin), providers=providers_for(device)
         )
     except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
         problem = quant_kernel_problem(path, device) if _missing_kernel(exc) else None

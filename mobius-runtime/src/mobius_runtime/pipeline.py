@@ -65,12 +65,15 @@ class Pipeline:
         kv_share: bool = True,
         graph_transform: Callable[[Any], Any] | None = None,
         optimize: bool = True,
+        spin: bool = False,
     ) -> None:
         self.root = root
         self.manifest = manifest
         self.contract = contract
         self.device = device
         self.threads = threads
+        self.spin = spin
+        """Whether onnxruntime's intra-op workers spin inside a run (decided at load)."""
         self.plan: Plan = compile_plan(contract)
         self._paths = component_paths
         self._sessions: dict[str, Any] = {}
@@ -101,6 +104,7 @@ class Pipeline:
         kv_share: bool = True,
         graph_transform: Callable[[Any], Any] | None = None,
         optimize: bool = True,
+        spin: str = "auto",
     ) -> Pipeline:
         """Read, verify and open a package.
 
@@ -113,6 +117,10 @@ class Pipeline:
         :class:`mobius.plugins.PluginHost` for the family's processors
         (default: the installed plugins). ``kv_share=False`` forces the concat
         KV path even where the graph allows shared buffers (for comparisons).
+        ``spin``: ``auto`` (default), ``on`` or ``off``: whether onnxruntime's intra-op
+        workers spin between the nodes of a run
+        (:func:`mobius_runtime.ort_sessions.decide_spin`: ``auto`` spins when the cores
+        are free at load; the choice is logged and kept as ``pipeline.spin``).
 
         Test / diagnostic hooks (production loads leave them alone):
         ``graph_transform(onnx.ModelProto) -> onnx.ModelProto`` rewrites each
@@ -126,7 +134,7 @@ class Pipeline:
         """
         from mobius.package.checks import check_package, raise_for
         from mobius_runtime.device import resolve_device
-        from mobius_runtime.ort_sessions import check_threads
+        from mobius_runtime.ort_sessions import check_threads, decide_spin
 
         check_threads(threads)
         # The one package check `mobius verify` runs, before anything is allocated (even
@@ -134,6 +142,8 @@ class Pipeline:
         # unchanged files.
         package = raise_for(check_package(Path(path), trust_stamp=True), path)
         resolved = resolve_device(device)
+        spins, why = decide_spin(spin, threads, resolved)
+        log.info("%s: onnxruntime workers %s (%s)", path, "spin" if spins else "do not spin", why)
         pipeline = cls(
             Path(package.root),
             package.manifest,
@@ -145,6 +155,7 @@ class Pipeline:
             kv_share,
             graph_transform,
             optimize,
+            spins,
         )
         for name in pipeline.plan.order:
             if pipeline.plan.presence[name] is None:
@@ -180,7 +191,9 @@ class Pipeline:
                 session = self._sessions.get(component)
                 if session is None:
                     if self._transform is None and self._optimize:
-                        session = open_session(self._paths[component], self.device, self.threads)
+                        session = open_session(
+                            self._paths[component], self.device, self.threads, self.spin
+                        )
                         check_ports(session, self.contract.component(component))
                     else:
                         session = self._open_rewritten(component)
@@ -198,7 +211,7 @@ class Pipeline:
         check_ports(_GraphPorts(model.graph), self.contract.component(component))
         if self._transform is not None:
             model = self._transform(model)
-        options = session_options(self.threads)
+        options = session_options(self.threads, self.spin)
         if not self._optimize:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         return ort.InferenceSession(

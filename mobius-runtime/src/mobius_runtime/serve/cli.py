@@ -21,6 +21,7 @@ import typer
 
 from mobius.cli._common import is_debug
 from mobius.errors import MobiusError
+from mobius_runtime.cli import SPIN_HELP
 from mobius_runtime.limits import PREFILL_CHUNK
 
 GRACE_S = 3
@@ -92,6 +93,7 @@ def serve(
     ] = PREFILL_CHUNK,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     threads: Annotated[int | None, typer.Option("--threads", help="onnxruntime threads.")] = None,
+    spin: Annotated[str, typer.Option("--spin", help=SPIN_HELP)] = "auto",
     allow_remote_media: Annotated[
         bool,
         typer.Option(
@@ -177,8 +179,8 @@ def serve(
             serve_on_ray(packages, host, port, ray_flags, model_name, api_key=api_key,
                          max_batch=max_batch, max_queue=max_queue,
                          prefix_cache_mb=prefix_cache_mb, prefill_chunk=prefill_chunk,
-                         device=device,
-                         threads=threads, settings=options)  # fmt: skip
+                         device=device, threads=threads, spin=spin,
+                         settings=options)  # fmt: skip
             return
         _single(packages, ray_flags)
         server = _server(
@@ -189,7 +191,7 @@ def serve(
             api_key,
             (max_batch, max_queue, prefix_cache_mb, prefill_chunk),
             device,
-            threads,
+            (threads, spin),
             options,
         )
     except MobiusError as exc:
@@ -267,7 +269,7 @@ def _server(
     api_key: str | None,
     batching: tuple[int, int, float],
     device: str,
-    threads: int | None,
+    cpu: tuple[int | None, str],
     options: dict[str, Any],
 ) -> Any:
 
@@ -289,7 +291,8 @@ def _server(
     _configure_logging()
     sock = _bind(host, port)  # before loading: a busy port fails in seconds, not minutes
     log.info("loading %s (device %s)", package, device)
-    pipeline = Pipeline.load(package, device=device, threads=threads)
+    threads, spin = cpu
+    pipeline = Pipeline.load(package, device=device, threads=threads, spin=spin)
     require_logits(pipeline)
     if api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("listening on %s without --api-key: anyone who can reach it may use it", host)

@@ -94,6 +94,7 @@ class RayOptions:
     prefill_chunk: int = PREFILL_CHUNK  # prompt ids prefilled between two decode steps
     device: str = "auto"
     threads: int | None = None
+    spin: str = "auto"  # onnxruntime intra-op spinning (mobius_runtime.ort_sessions.decide_spin)
     api_key: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # Settings' keyword options
 
@@ -189,7 +190,9 @@ class ModelServer:
 
         options = RayOptions.from_args({**opts, "models": [model]})
         # Pipeline.load checks the package as `mobius verify` does before opening it
-        pipeline = Pipeline.load(model["path"], device=options.device, threads=options.threads)
+        pipeline = Pipeline.load(
+            model["path"], device=options.device, threads=options.threads, spin=options.spin
+        )
         require_logits(pipeline)
         # max_queue: room for a request Ray sends as one leaves, before the engine's next
         # step has freed its slot; Ray itself never sends more than max_batch at once
