@@ -269,6 +269,37 @@ def test_build_int4_package(tiny_host, tmp_path) -> None:
     assert "quantization: int4" in inspected.stdout and "1 tensors quantized" in inspected.stdout
 
 
+def test_no_scale_search_stores_round_to_nearest_blocks(tiny_host, tmp_path) -> None:
+    """``--no-scale-search``: onnxruntime's round-to-nearest scales, our packing; the
+    manifest says ``rtn``; the default build's searched blocks differ on the same weight."""
+    from conftest import write_tiny_checkpoint
+    from safetensors.numpy import load_file
+
+    ckpt = write_tiny_checkpoint(tmp_path / "ck", in_features=256, out_features=24)
+    w = load_file(str(ckpt / "model.safetensors"))["proj.weight"]
+    blocks = {}
+    for flag, method in (("--no-scale-search", "rtn"), ("--scale-search", "rtn+mse-scale-search")):
+        out = tmp_path / flag
+        result = _cli(tiny_host, str(ckpt), str(out), "--quant", "int4", flag)
+        assert result.exit_code == 0, (result.output, result.exception)
+        assert json.loads((out / "mobius.json").read_text())["quantization"]["method"] == method
+        model = onnx.load(str(out / "model" / "model.onnx"))
+        inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+        blocks[flag] = (inits["w.quant"], inits["w.scales"])
+    rtn = quantize_rows(w, search=False)
+    np.testing.assert_array_equal(
+        blocks["--no-scale-search"][0].reshape(rtn.packed.shape), rtn.packed
+    )
+    np.testing.assert_array_equal(
+        blocks["--no-scale-search"][1].reshape(rtn.scales.shape), rtn.scales
+    )
+    searched = quantize_rows(w)
+    np.testing.assert_array_equal(
+        blocks["--scale-search"][1].reshape(searched.scales.shape), searched.scales
+    )
+    assert not np.array_equal(searched.scales, rtn.scales)
+
+
 def test_exclude_matching_nothing_warns(tiny_host, tiny_checkpoint, tmp_path, caplog) -> None:
     out = tmp_path / "out"
     with caplog.at_level(logging.WARNING, logger="mobius.builder"):
@@ -296,6 +327,7 @@ def test_exclude_matching_nothing_warns(tiny_host, tiny_checkpoint, tmp_path, ca
         (["--quant", "int4", "--accuracy-level", "7"], "accuracy level must be 0..4"),
         (["--quant", "int4", "--dtype", "bf16", "--target", "cpu"], "no bfloat16 kernels"),
         (["--block-size", "64"], "only apply to a quantized build"),
+        (["--no-scale-search"], "only apply to a quantized build"),
     ],
 )
 def test_bad_quant_options(tiny_host, tiny_checkpoint, tmp_path, args, needle) -> None:

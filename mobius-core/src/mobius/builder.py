@@ -270,7 +270,12 @@ def _build_components(
 
             overrides = host.quant_overrides(model_type, config, name, options)
             plan, quant_reports[name] = quantize_component(
-                model, plan, options.quant, target=options.target, overrides=overrides
+                model,
+                plan,
+                options.quant,
+                target=options.target,
+                overrides=overrides,
+                search=options.quant.search,
             )
         elif keep is not None:
             from mobius.quantization import quantize_component

@@ -498,6 +498,9 @@ def unmatched_excludes(quant: QuantOptions, reports: Iterable[ComponentQuant]) -
 SCALE_METHOD = "rtn+mse-scale-search"
 """The manifest's ``quantization.method``: round to nearest with a per-block scale search."""
 
+RTN_METHOD = "rtn"
+"""The manifest's ``quantization.method`` of a ``--no-scale-search`` build."""
+
 
 def manifest_entry(
     options: BuildOptions, reports: Mapping[str, ComponentQuant], graphs: Mapping[str, ir.Model]
@@ -515,7 +518,7 @@ def manifest_entry(
             "other_bytes": f_bytes,
         }
     return {
-        "method": SCALE_METHOD,
+        "method": SCALE_METHOD if quant.search else RTN_METHOD,
         "format": quant.method,
         "bits": quant.bits,
         "block_size": quant.block_size,

@@ -56,7 +56,9 @@ class QuantOptions:
     ``exclude`` holds globs over initializer names kept float (``docs/quantization.md``).
     ``lm_head`` (``"int8"``, ``"int4"`` or ``"float"``; None: like the rest) asks for
     another type for the output projection; core does not know its name, so the family
-    maps it onto its tensors in ``mobius_quant_overrides``.
+    maps it onto its tensors in ``mobius_quant_overrides``. ``search`` False: plain
+    round-to-nearest scales (onnxruntime's quantizer's choice), about 3x faster to
+    quantize than the default per-block scale search, whose RMS weight error is ~0.94x.
     """
 
     method: str = "int4"
@@ -65,6 +67,7 @@ class QuantOptions:
     accuracy_level: int | None = None
     exclude: tuple[str, ...] = ()
     lm_head: str | None = None
+    search: bool = True
 
     def __post_init__(self) -> None:
         if self.method not in QUANT_METHODS:

@@ -209,6 +209,7 @@ def quant_options_of(
     asymmetric: bool,
     exclude: list[str],
     lm_head: str | None = None,
+    search: bool = True,
 ) -> Any:
     """:class:`mobius.records.QuantOptions` from the CLI options (BuildError if invalid)."""
     from mobius.errors import BuildError
@@ -222,6 +223,7 @@ def quant_options_of(
             accuracy_level=level,
             exclude=tuple(exclude),
             lm_head=lm_head,
+            search=search,
         )
     except ValueError as exc:
         raise BuildError(
@@ -311,6 +313,14 @@ def register(app: typer.Typer) -> None:
                 "e.g. int8 on an int4 body for accuracy. Default: like the rest.",
             ),
         ] = None,
+        scale_search: Annotated[
+            bool,
+            typer.Option(
+                "--scale-search/--no-scale-search",
+                help="Choose each block's scale by a search over clip ratios (default; lower "
+                "error) or take round-to-nearest's (about 3x faster to quantize).",
+            ),
+        ] = True,
         logits: Annotated[
             Logits,
             typer.Option(
@@ -339,7 +349,7 @@ def register(app: typer.Typer) -> None:
             if quant is not None:
                 quant_options = quant_options_of(
                     quant.value, block_size, accuracy_level, asymmetric, quant_exclude or [],
-                    None if quant_lm_head is None else quant_lm_head.value,
+                    None if quant_lm_head is None else quant_lm_head.value, scale_search,
                 )  # fmt: skip
             elif (
                 quant_exclude
@@ -347,12 +357,13 @@ def register(app: typer.Typer) -> None:
                 or accuracy_level is not None
                 or block_size != 32
                 or quant_lm_head is not None
+                or not scale_search
             ):
                 from mobius.errors import BuildError
 
                 raise BuildError(
-                    "--block-size, --accuracy-level, --asymmetric, --quant-exclude and "
-                    "--quant-lm-head only apply to a quantized build",
+                    "--block-size, --accuracy-level, --asymmetric, --quant-exclude, "
+                    "--quant-lm-head and --no-scale-search only apply to a quantized build",
                     where="mobius build options",
                     fix="add --quant int4 (or int8), or drop those options",
                 )
