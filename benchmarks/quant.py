@@ -25,7 +25,8 @@ and package bytes. Targets: int4 ≥ 3× f32 tok/s, bytes ≤ 0.3× f32.
 (c) benchmarks/build.py's synthetic full-size E2B bf16 checkpoint in DIR (reused if a
 previous --keep left it), a cold ``cp -r`` + sync of it (page cache dropped where
 permitted; the printout says when it could not be), then ``mobius build --quant
-int4 --dtype f32 --target cpu`` in a child process: wall time vs the copy, peak RSS
+int4 --dtype f32 --target cpu`` in a child process, with ``--no-scale-search``
+(round-to-nearest scales) and then the default scale search: wall time vs the copy, peak RSS
 (VmHWM, file pages included), package size. Targets: RSS ≤ 2 GiB, wall ≤ 3× cp,
 package ≤ 3.5 GB. Needs ~25 GB free; --keep keeps checkpoint and package for (d).
 
@@ -156,9 +157,12 @@ BUILD_CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 import mobius
+from mobius.records import QuantOptions
 src, out = sys.argv[1:3]
+search = sys.argv[3] != "rtn" if len(sys.argv) > 3 else True
 try:
-    r = mobius.build(src, out, dtype="f32", target="cpu", quant="int4", force=True)
+    quant = QuantOptions(method="int4", search=search)
+    r = mobius.build(src, out, dtype="f32", target="cpu", quant=quant, force=True)
     info = {"components": dict(r.components), "n_tensors": r.n_tensors}
 except Exception as exc:
     info = {"error": f"{type(exc).__name__}: {str(exc)[:400]}"}
@@ -220,18 +224,20 @@ def e2b_build(root: Path, keep: bool) -> None:
         print(f"(c) synthetic E2B: {nbytes / GiB:.2f} GiB of bf16 tensors in {ckpt} ({load()})")
         t_copy, state = timed_cold_copy(ckpt, copy)
         print(f"    cp -r + sync: {t_copy:.1f} s ({state})")
-        res = _child(BUILD_CHILD, str(ckpt), str(out))
-        if "error" in res:
-            print(f"    build ERROR: {res['error']}")
-            return
-        size = package_bytes(out)
-        parts = ", ".join(f"{n} {s / GiB:.2f} GiB" for n, s in res["components"].items())
-        print(f"    mobius build --quant int4 --dtype f32 --target cpu: {parts}")
-        print(
-            f"    wall {res['wall_s']:.1f} s = {res['wall_s'] / t_copy:.2f} x cp -r (target <= 3); "
-            f"peak RSS {res['peak_rss'] / GiB:.2f} GiB (target <= 2); package "
-            f"{size / 1e9:.2f} GB (target <= 3.5) ({load()})"
-        )
+        # both scale choices; the default (search) last: it is the package (d) runs
+        for how, flag in (("rtn", " --no-scale-search"), ("search", "")):
+            res = _child(BUILD_CHILD, str(ckpt), str(out), how)
+            if "error" in res:
+                print(f"    build ERROR: {res['error']}")
+                return
+            size = package_bytes(out)
+            parts = ", ".join(f"{n} {s / GiB:.2f} GiB" for n, s in res["components"].items())
+            print(f"    mobius build --quant int4{flag} --dtype f32 --target cpu: {parts}")
+            print(
+                f"    wall {res['wall_s']:.1f} s = {res['wall_s'] / t_copy:.2f} x cp -r "
+                f"(target <= 3); peak RSS {res['peak_rss'] / GiB:.2f} GiB (target <= 2); "
+                f"package {size / 1e9:.2f} GB (target <= 3.5) ({load()})"
+            )
     finally:
         if not keep:
             for p in (ckpt, copy, out):
