@@ -72,6 +72,14 @@ def to_ortvalue(array: Any, ort_type: str, device: str = "cpu") -> Any:
     return ort.OrtValue.ortvalue_from_numpy(data, device, 0)
 
 
+def cpu_value(data: np.ndarray) -> Any:
+    """A CPU OrtValue over the contiguous array ``data`` of an onnxruntime dtype (no copy,
+    no conversion: the caller has checked both; bf16 goes through :func:`to_ortvalue`)."""
+    import onnxruntime as ort
+
+    return _cpu_value(ort, data)
+
+
 def _cpu_value(ort: Any, data: np.ndarray) -> Any:
     """A CPU OrtValue over ``data`` (no copy; it keeps ``data`` alive).
 
