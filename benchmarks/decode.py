@@ -7,7 +7,8 @@ onnxruntime-genai on the *same package* (its genai_config.json; run by
 ``benchmarks/og_decode.py`` in a subprocess of its own venv, ``--og-python``, since it
 brings its own onnxruntime) and with HF transformers, assert identical ids, and print
 prefill latency, decode tokens/s and the ratios. mobius-runtime and onnxruntime-genai
-take turns, one generation each, ``--rounds`` × ``--runs`` times (onnxruntime-genai stays
+take turns (with ``--spin`` naming several modes, each mode's own Pipeline takes its turn
+too), one generation each, ``--rounds`` × ``--runs`` times (onnxruntime-genai stays
 loaded in its subprocess) and the medians are compared, so both see the same load; the load
 average is printed too (the machine is shared and noisy). Checkpoints:
 
@@ -16,6 +17,7 @@ average is printed too (the machine is shared and noisy). Checkpoints:
               sharing) made with transformers from a fixed seed into /tmp
 
 Usage: python benchmarks/decode.py [--which tiny mid] [--targets default cpu] [--threads 2]
+                                  [--spin auto on off (ours: one Pipeline per mode)]
                                   [--og-threads N (default: og's own session options)]
                                   [--new 64] [--runs 3] [--rounds 3] [--og-python PY] [--no-hf]
 The onnxruntime-genai venv: python -m venv .venv && .venv/bin/pip install
