@@ -7,7 +7,8 @@ onnxruntime-genai on the *same package* (its genai_config.json; run by
 ``benchmarks/og_decode.py`` in a subprocess of its own venv, ``--og-python``, since it
 brings its own onnxruntime) and with HF transformers, assert identical ids, and print
 prefill latency, decode tokens/s and the ratios. mobius-runtime and onnxruntime-genai
-take turns, one generation each, ``--rounds`` × ``--runs`` times (onnxruntime-genai stays
+take turns (with ``--spin`` naming several modes, each mode's own Pipeline takes its turn
+too), one generation each, ``--rounds`` × ``--runs`` times (onnxruntime-genai stays
 loaded in its subprocess) and the medians are compared, so both see the same load; the load
 average is printed too (the machine is shared and noisy). Checkpoints:
 
@@ -16,6 +17,7 @@ average is printed too (the machine is shared and noisy). Checkpoints:
               sharing) made with transformers from a fixed seed into /tmp
 
 Usage: python benchmarks/decode.py [--which tiny mid] [--targets default cpu] [--threads 2]
+                                  [--spin auto on off (ours: one Pipeline per mode)]
                                   [--og-threads N (default: og's own session options)]
                                   [--new 64] [--runs 3] [--rounds 3] [--og-python PY] [--no-hf]
 The onnxruntime-genai venv: python -m venv .venv && .venv/bin/pip install
@@ -124,7 +126,7 @@ class OgProcess:
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        self._read()  # {"ready": true} once loaded and warmed up
+        self.versions = self._read().get("versions", "?")  # once loaded and warmed up
 
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
@@ -145,47 +147,62 @@ class OgProcess:
 
 
 def side_by_side(package: Path, ids, args) -> tuple:
-    """mobius-runtime and onnxruntime-genai, one generation each in turn, rounds × runs times.
+    """mobius-runtime (one Pipeline per ``--spin`` mode) and onnxruntime-genai, one
+    generation each in turn, rounds × runs times.
 
-    Alternating single generations (not blocks) gives both the same machine load;
-    the medians of each side's generations are compared.
+    Alternating single generations (not blocks) gives every side the same machine load;
+    the medians of each side's generations are compared. Returns
+    ``(ours, og)``: ``ours`` maps each spin mode to ``(ids, prefill ms, tok/s, KV note,
+    spin decided)``; ``og`` is ``(ids, prefill ms, tok/s)`` or None.
     """
     from mobius_runtime import Pipeline
 
-    p = Pipeline.load(package, device="cpu", threads=args.threads)
-    p.generate(input_ids=ids, max_new_tokens=4, stop_ids=())  # warm-up
-    shared = ", ".join(f"{c}: {'shared' if on else 'concat'}" for c, on in p.kv_sharing.items())
+    pipelines = {}
+    for mode in args.spin:
+        p = Pipeline.load(package, device="cpu", threads=args.threads, spin=mode)
+        p.generate(input_ids=ids, max_new_tokens=4, stop_ids=())  # warm-up
+        pipelines[mode] = p
     og = (
         OgProcess(args.og_python, package, ids, args.new, args.og_threads)
         if args.og_python
         else None
     )
-    ours, theirs = [], []
+    ours: dict[str, list] = {mode: [] for mode in pipelines}
+    theirs = []
     try:
         for _ in range(args.rounds * args.runs):
-            r = p.generate(input_ids=ids, max_new_tokens=args.new, stop_ids=())
-            ours.append((r.ids, r.prefill_ms, r.decode_tokens_per_s))
+            for mode, p in pipelines.items():
+                r = p.generate(input_ids=ids, max_new_tokens=args.new, stop_ids=())
+                ours[mode].append((r.ids, r.prefill_ms, r.decode_tokens_per_s))
             if og is not None:
                 theirs.append(og.generate())
     finally:
         if og is not None:
             og.close()
-    for m in ours[1:]:
-        assert m[0] == ours[0][0], "mobius-runtime is not deterministic"
-    summary = None
+    if og is not None:
+        global OG_VERSIONS
+        OG_VERSIONS = og.versions
+    summary = {}
+    for mode, runs in ours.items():
+        for m in runs[1:]:
+            assert m[0] == runs[0][0], "mobius-runtime is not deterministic"
+        p = pipelines[mode]
+        shared = ", ".join(f"{c}: {'shared' if on else 'concat'}" for c, on in p.kv_sharing.items())
+        summary[mode] = (
+            runs[0][0],
+            statistics.median(m[1] for m in runs),
+            statistics.median(m[2] for m in runs),
+            shared,
+            p.spin,
+        )
+    og_summary = None
     if theirs:
-        summary = (
+        og_summary = (
             theirs[0][0],
             statistics.median(t[1] for t in theirs),
             statistics.median(t[2] for t in theirs),
         )
-    return (
-        ours[0][0],
-        statistics.median(m[1] for m in ours),
-        statistics.median(m[2] for m in ours),
-        shared,
-        summary,
-    )
+    return summary, og_summary
 
 
 def bench_hf(source: Path, ids: list[int], new: int, threads: int, runs: int):
@@ -211,6 +228,19 @@ def bench_hf(source: Path, ids: list[int], new: int, threads: int, runs: int):
     return out[0, len(ids) :].tolist(), statistics.median(prefill), statistics.median(rates)
 
 
+OG_VERSIONS = "not run"
+"""onnxruntime-genai's versions as its subprocess reported them (set by side_by_side)."""
+
+
+def versions() -> str:
+    import importlib.metadata as md
+
+    import onnxruntime
+
+    ours = ", ".join(f"{d} {md.version(d)}" for d in ("mobius-core", "mobius-runtime"))
+    return f"ours: {ours}, onnxruntime {onnxruntime.__version__}; og: {OG_VERSIONS}"
+
+
 def load_average() -> str:
     one, five, _ = os.getloadavg()
     return f"load average {one:.2f} / {five:.2f} (1 / 5 min) on {os.cpu_count()} cores"
@@ -226,6 +256,13 @@ def main() -> None:
         type=int,
         default=None,
         help="onnxruntime-genai's intra-op threads (default: its own session options)",
+    )
+    ap.add_argument(
+        "--spin",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", "on", "off"],
+        help="ours: Pipeline.load(spin=) per mode, each its own Pipeline, in turns with og",
     )
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=32)
@@ -243,6 +280,7 @@ def main() -> None:
     ap.add_argument("--package", type=Path, help="prebuilt package for one --which / --targets")
     ap.add_argument("--no-build", action="store_true", help="reuse /tmp/mobius-bench packages")
     args = ap.parse_args()
+    print(f"start: {load_average()}")
     for which in args.which:
         source = TINY if which == "tiny" else make_mid_checkpoint(MID)
         ids = [2, *np.random.default_rng(0).integers(10, 300, args.prompt_len - 1).tolist()]
@@ -257,18 +295,24 @@ def main() -> None:
             f"{which}: prompt {len(ids)}, {args.new} new tokens, {args.threads} threads, "
             f"median of {args.rounds * args.runs} alternating generations; {load_average()}"
         )
-        for target, m_ids, m_pre, m_tps, shared, og in rows:
-            line = (
-                f"  mobius-runtime     --target {target:7s} ({shared}): prefill {m_pre:8.2f} ms, "
-                f"decode {m_tps:9.1f} tok/s"
-            )
-            if og is not None:
-                assert m_ids == og[0], f"{which}/{target}: ids differ\n mobius {m_ids}\n og {og[0]}"
-                line += f", {m_tps / og[2]:5.2f}x onnxruntime-genai"
-            if hf is not None:
-                assert m_ids == hf[0], f"{which}/{target}: ids differ\n mobius {m_ids}\n hf {hf[0]}"
-                line += f", {m_tps / hf[2]:6.1f}x HF"
-            print(line)
+        for target, ours, og in rows:
+            for mode, (m_ids, m_pre, m_tps, shared, spun) in ours.items():
+                line = (
+                    f"  mobius-runtime     --target {target:7s} --spin {mode:4s} "
+                    f"({'spins' if spun else 'no spin'}; {shared}): prefill {m_pre:8.2f} ms, "
+                    f"decode {m_tps:9.1f} tok/s"
+                )
+                if og is not None:
+                    assert m_ids == og[0], (
+                        f"{which}/{target}: ids differ\n ours {m_ids}\n og {og[0]}"
+                    )
+                    line += f", {m_tps / og[2]:5.2f}x onnxruntime-genai"
+                if hf is not None:
+                    assert m_ids == hf[0], (
+                        f"{which}/{target}: ids differ\n ours {m_ids}\n hf {hf[0]}"
+                    )
+                    line += f", {m_tps / hf[2]:6.1f}x HF"
+                print(line)
             if og is not None:
                 print(
                     f"  onnxruntime-genai  --target {target:7s} (same package):  prefill "
@@ -279,6 +323,7 @@ def main() -> None:
                 f"  HF transformers generate():  prefill {hf[1]:8.2f} ms, decode {hf[2]:9.1f} tok/s"
             )
         print("  identical greedy ids: yes")
+        print(f"  {versions()}")
 
 
 if __name__ == "__main__":

@@ -61,7 +61,10 @@ def main() -> None:
         return out, (t1 - t0) * 1000.0, (len(out) - 1) / max(t2 - t1, 1e-9)
 
     once(4)  # warm-up
-    print(json.dumps({"ready": True}), flush=True)
+    import onnxruntime
+
+    versions = f"onnxruntime-genai {og.__version__}, onnxruntime {onnxruntime.__version__}"
+    print(json.dumps({"ready": True, "versions": versions}), flush=True)
     for line in sys.stdin:
         if line.strip() == "quit":
             break

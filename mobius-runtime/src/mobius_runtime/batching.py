@@ -296,18 +296,18 @@ class Batcher:
     def decode(self, cohort: Cohort, tokens: Sequence[int]) -> np.ndarray:
         """One step of every row (``tokens[b]`` is row b's new id); returns logits [B, V]."""
         rows = cohort.size
-        ids = np.asarray(tokens, dtype=np.int64).reshape(rows, 1)
         if rows == 1 and self._unpadded(cohort):  # the runtime's own mask and positions
             if cohort.steps is None or cohort.steps.capacity != cohort.capacity:
                 cohort.steps = self.executor.steps(cohort.capacity)
                 cohort.step_ids = np.zeros((1, 1), dtype=np.int64)
-            cohort.step_ids[0, 0] = ids[0, 0]
+            cohort.step_ids[0, 0] = tokens[0]
             values = cohort.steps.step(
                 {"input_ids": cohort.step_ids}, cohort.values, cohort.pasts[0]
             )
             cohort.values = self.executor.next_state(values)
             cohort.pasts = [cohort.pasts[0] + 1]
             return last_position(values[self.plan.logits])
+        ids = np.asarray(tokens, dtype=np.int64).reshape(rows, 1)
         pasts = np.asarray(cohort.pasts, dtype=np.int64)
         if self.side == LEFT:
             length = self._concat_length(cohort)

@@ -18,6 +18,7 @@ mask (:mod:`mobius_runtime.constrained`) and its log-probabilities.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -114,8 +115,8 @@ class Decoding:
         """
         processed = self.penalties is not None or self.matcher is not None
         if self.params.greedy and not processed:
-            token = int(np.argmax(logits)) if greedy is None else greedy
-            if not finite and not np.isfinite(logits[token]):  # argmax lands on NaN / +inf
+            token = int(logits.argmax()) if greedy is None else greedy
+            if not finite and not math.isfinite(logits[token]):  # argmax lands on NaN / +inf
                 check_logits(logits, len(self.ids))
         else:
             if not finite:

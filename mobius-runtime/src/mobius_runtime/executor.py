@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from mobius_runtime.errors import RequestError
-from mobius_runtime.feeds import to_ortvalue, zeros
+from mobius_runtime.feeds import ORT_TO_NUMPY, cpu_value, to_ortvalue, zeros
 from mobius_runtime.iobind import StepBinding
 from mobius_runtime.kvshare import SEQ_AXIS, SharePlan
 from mobius_runtime.plan import Plan
@@ -214,6 +214,22 @@ class _Layout:
     outputs: tuple[tuple[str, str, bool], ...]
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A :class:`_Layout` part made ready for a request's steps: its binding, its inputs
+    (the layout's, each with whether it is a shared KV buffer), the outputs bound to a
+    each output as (name, the past buffer it is bound to or None, the device the run
+    allocates it on otherwise), each output's key with that past, and the indices of the
+    bound ones."""
+
+    part: _Layout
+    binding: StepBinding
+    inputs: tuple[tuple[str, str, str, int, tuple[str, Any], bool], ...]
+    outputs: tuple[tuple[str, str | None, str], ...]
+    keys: tuple[tuple[str, str | None], ...]
+    skip: frozenset[int]
+
+
 class Steps:
     """The steps of one request (a prefill, then one per token), each component's IO
     binding kept from one step to the next.
@@ -231,7 +247,9 @@ class Steps:
         self.executor = executor
         self.capacity = capacity
         self._bindings: dict[str, StepBinding] = {}
+        self._prepared: dict[str, _Prepared] = {}  # comp -> its layout part, made ready once
         self._arrays: dict[str, tuple[Any, Any]] = {}  # key -> (caller array, OrtValue over it)
+        self._rooms: dict[str, tuple[Any, int]] = {}  # key -> (shared buffer, its positions)
         self._ones = np.ones(0, dtype=np.int64)
         self._ramp = np.arange(0, dtype=np.int64)
         self._position = np.zeros((1, 1), dtype=np.int64)  # a one-token step's, written in place
@@ -253,41 +271,72 @@ class Steps:
         different past lengths (:mod:`mobius_runtime.batching`); ``past_len`` is then
         the longest row's.
         """
-        executor = self.executor
-        capacity = self.capacity
         batch, seq = _batch_and_seq(caller)
+        needed = past_len + seq
         values: dict[str, Any] = {}
-        for part in executor.layout(caller, state):
-            comp = part.comp
-            binding = self._bindings.get(comp)
-            if binding is None:
-                binding = self._bindings[comp] = StepBinding(executor.session_of(comp))
-            share = executor.shared(comp) if capacity is not None else None
-            pairs = share.pairs if share is not None else {}
+        for part in self.executor.layout(caller, state):
+            ready = self._prepared.get(part.comp)
+            if ready is None or ready.part is not part:
+                ready = self._prepared[part.comp] = self._prepare(part)
+            binding = ready.binding
             buffers: dict[str, Any] = {}
-            for name, key, ort_type, rank, how in part.inputs:
-                if name in pairs:
+            for name, key, ort_type, rank, how, pair in ready.inputs:
+                if pair:
                     value = self._buffer(key, ort_type, how, state, batch)
-                    _check_room(key, value, past_len + seq)
+                    self._check_room(key, value, needed)
                     buffers[name] = value
+                elif how[0] == "state":
+                    value = state[how[1]]  # type: ignore[index]
                 else:
                     value = self._feed(
                         key, ort_type, rank, how, caller, state, values, batch, seq, past_len,
                         generated,
                     )  # fmt: skip
                 binding.input(name, value)
-            bound = share.outputs if share is not None else {}
-            skip = set()
-            for i, (name, _key, on_host) in enumerate(part.outputs):
-                if name in bound:
-                    binding.output(name, buffers[bound[name]])
-                    skip.add(i)
+            for name, past, device in ready.outputs:  # graph order, the order run returns
+                if past is None:
+                    binding.output_on(name, device)
                 else:
-                    binding.output_on(name, "cpu" if on_host else executor.device)
-            for (name, key, _), value in zip(part.outputs, binding.run(skip)):
+                    binding.output(name, buffers[past])
+            for (key, past), value in zip(ready.keys, binding.run(ready.skip)):
                 # a shared present *is* its past buffer: keep that very OrtValue
-                values[key] = buffers[bound[name]] if name in bound else value
+                values[key] = value if past is None else buffers[past]
         return values
+
+    def _prepare(self, part: _Layout) -> _Prepared:
+        """``part``'s binding and its inputs and outputs sorted by what a step does with
+        them (computed once per request and layout, not at every step)."""
+        executor = self.executor
+        binding = self._bindings.get(part.comp)
+        if binding is None:
+            binding = self._bindings[part.comp] = StepBinding(executor.session_of(part.comp))
+        share = executor.shared(part.comp) if self.capacity is not None else None
+        pairs = share.pairs if share is not None else {}
+        bound = share.outputs if share is not None else {}
+        inputs = tuple((*spec, spec[0] in pairs) for spec in part.inputs)
+        on = {True: "cpu", False: executor.device}
+        return _Prepared(
+            part,
+            binding,
+            inputs,
+            outputs=tuple((name, bound.get(name), on[host]) for name, _, host in part.outputs),
+            keys=tuple((key, bound.get(name)) for name, key, _ in part.outputs),
+            skip=frozenset(i for i, (name, _, _) in enumerate(part.outputs) if name in bound),
+        )
+
+    def _check_room(self, key: str, buffer: Any, needed: int) -> None:
+        """A shared buffer must hold every position of this step (the request's capacity);
+        a buffer's length is read once (it is the same OrtValue from step to step)."""
+        known = self._rooms.get(key)
+        if known is None or known[0] is not buffer:
+            known = self._rooms[key] = (buffer, int(buffer.shape()[SEQ_AXIS]))
+        if needed > known[1]:
+            raise RequestError(
+                f"{key}: this step needs {needed} cache positions, the request's KV buffer "
+                f"has {known[1]}",
+                where=key,
+                fix="pass a capacity of at least prompt length + max_new_tokens to step()",
+            )
 
     def _buffer(
         self,
@@ -338,11 +387,22 @@ class Steps:
     def _value(self, key: str, value: Any, ort_type: str) -> Any:
         """An input array as an OrtValue: the one of the last step when ``value`` is the same
         host array and that OrtValue reads it in place (so it is bound already)."""
-        if hasattr(value, "data_type") and value.data_type() == ort_type:
-            return value
         known = self._arrays.get(key)
         if known is not None and known[0] is value:
             return known[1]
+        if hasattr(value, "data_type") and value.data_type() == ort_type:
+            return value
+        if (
+            self.executor.device == "cpu"
+            and isinstance(value, np.ndarray)
+            and value.size
+            and ort_type != "tensor(bfloat16)"
+            and value.dtype == ORT_TO_NUMPY.get(ort_type)
+            and value.flags.c_contiguous
+        ):  # the OrtValue reads the array in place (the mask's view of ones at every step)
+            converted = cpu_value(value)
+            self._arrays[key] = (value, converted)
+            return converted
         converted = to_ortvalue(value, ort_type, self.executor.device)
         if (
             isinstance(value, np.ndarray)
@@ -388,17 +448,6 @@ class Steps:
             f"generated position_ids for {key} must be rank 1 or 2, the graph has rank {rank}",
             where=key,
             fix="rebuild the package",
-        )
-
-
-def _check_room(key: str, buffer: Any, needed: int) -> None:
-    """A shared buffer must hold every position of this step (the request's capacity)."""
-    room = int(buffer.shape()[SEQ_AXIS])
-    if needed > room:
-        raise RequestError(
-            f"{key}: this step needs {needed} cache positions, the request's KV buffer has {room}",
-            where=key,
-            fix="pass a capacity of at least prompt length + max_new_tokens to step()",
         )
 
 

@@ -72,6 +72,14 @@ def to_ortvalue(array: Any, ort_type: str, device: str = "cpu") -> Any:
     return ort.OrtValue.ortvalue_from_numpy(data, device, 0)
 
 
+def cpu_value(data: np.ndarray) -> Any:
+    """A CPU OrtValue over the contiguous array ``data`` of an onnxruntime dtype (no copy,
+    no conversion: the caller has checked both; bf16 goes through :func:`to_ortvalue`)."""
+    import onnxruntime as ort
+
+    return _cpu_value(ort, data)
+
+
 def _cpu_value(ort: Any, data: np.ndarray) -> Any:
     """A CPU OrtValue over ``data`` (no copy; it keeps ``data`` alive).
 
@@ -118,8 +126,9 @@ def last_position(value: Any) -> np.ndarray:
     copies the last position of each row only; a value on a device is copied to the host
     first (the runtime binds logits to host memory, so it never is in the token loop).
     """
-    on_host = value.device_name().lower() == "cpu"
-    if value.data_type() != "tensor(bfloat16)" or not on_host:
+    if value.data_type() != "tensor(bfloat16)":
+        return value.numpy()[:, -1]
+    if value.device_name().lower() != "cpu":
         return to_numpy(value)[:, -1]
     batch, seq, *rest = (int(d) for d in value.shape())
     out = np.empty((batch, *rest), dtype=np.uint16)

@@ -37,6 +37,13 @@ def _c_device(device: str) -> Any:
     return ort.OrtDevice.make(device, 0)._get_c_device()
 
 
+@functools.cache
+def _ortvalue_class() -> Any:
+    import onnxruntime as ort
+
+    return ort.OrtValue
+
+
 class StepBinding:
     """Bind inputs / outputs of a session's runs and read their outputs as OrtValues."""
 
@@ -83,8 +90,7 @@ class StepBinding:
         if not self._fast:
             self._session.run_with_iobinding(self._binding)
             return self._binding.get_outputs()
-        import onnxruntime as ort
-
         self._sess.run_with_iobinding(self._c, None)
         outputs = self._c.get_outputs()
-        return [None if i in skip else ort.OrtValue(outputs[i]) for i in range(len(outputs))]
+        wrap = _ortvalue_class()
+        return [None if i in skip else wrap(outputs[i]) for i in range(len(outputs))]
