@@ -9,9 +9,9 @@ dtype, as HF's Llama / Qwen RMSNorms do (``weight * x.to(input_dtype)``); the de
 multiplies in float32 (Gemma 4). For float32 graphs the two are identical.
 
 ``fused=True`` (see :func:`fused_rmsnorm_available`: ``--target cpu`` float32 builds)
-writes each norm as one onnxruntime ``SimplifiedLayerNormalization`` node (a contrib op
-onnxruntime registers in the ONNX domain) instead of the seven-node
-Mul/ReduceMean/Add/Sqrt/Reciprocal/Mul/Mul chain, and :meth:`RMSNorm.residual` writes a
+writes each norm as one ONNX ``RMSNormalization`` node (opset 23; onnxruntime's CPU kernel
+is its ``SimplifiedLayerNormalization``'s, which onnx.checker does not know) instead of the
+seven-node Mul/ReduceMean/Add/Sqrt/Reciprocal/Mul/Mul chain, and :meth:`RMSNorm.residual` writes a
 residual add followed by the norm as one ``com.microsoft.SkipSimplifiedLayerNormalization``
 (output 0 the normed sum, output 3 the sum). onnxruntime's CPU kernels accumulate
 ``Σx²`` in float32 over the row and divide by ``sqrt(mean + eps)`` where the chain
@@ -116,9 +116,7 @@ class RMSNorm(nn.Module):
 
     def _norm(self, op: OpBuilder, x: ir.Value) -> ir.Value:
         if self.fused and x.dtype == _F32:
-            y = op.SimplifiedLayerNormalization(
-                x, self._gamma(op), axis=-1, epsilon=self.eps, stash_type=1
-            )
+            y = op.RMSNormalization(x, self._gamma(op), axis=-1, epsilon=self.eps, stash_type=1)
             y.type, y.shape = x.type, x.shape
             return y
         # 1/sqrt (what torch computes for ``pow(v, -0.5)`` and ``rsqrt``), not Pow(-0.5):

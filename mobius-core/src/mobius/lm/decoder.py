@@ -23,7 +23,7 @@ build dtype: these masks are plain causal, windowed on sliding layers
 batches. q and k are rotated before it (``do_rotary = 0``).
 
 RMSNorms (:func:`mobius.components.fused_rmsnorm_available`): ``--target cpu`` float32
-builds write each as onnxruntime's one-node ``SimplifiedLayerNormalization``, and each
+builds write each as one ONNX ``RMSNormalization`` node, and each
 residual add with the norm that follows it as one ``SkipSimplifiedLayerNormalization``:
 a layer hands its MLP output on unadded (``pending``) and the next layer's
 ``input_layernorm`` (or the final ``norm``) adds it. Other targets and dtypes keep the
