@@ -21,8 +21,13 @@ to ``accuracy_level = N``; ``0`` computes them with float activations instead of
 activations of ``4`` (what ``--target cpu`` packages use), which tells a graph change's own
 rounding apart from the int8 rounding it sets off downstream.
 
+``--noise-floor`` prints, instead of all the above, the largest ``|Δ logits|`` of the
+prefill's last row between old and new as packaged, each against its own copy at
+accuracy level 0, and old vs new at level 0: how far the int8 activations alone move a
+package's logits, next to how far the graph change moves them.
+
 Usage: python benchmarks/graph_ab.py OLD_PACKAGE NEW_PACKAGE [--steps 200] [--threads 2]
-           [--spin off|on] [--new 32] [--prompt-len 128] [--accuracy-level N]
+           [--spin off|on] [--new 32] [--prompt-len 128] [--accuracy-level N] [--noise-floor]
 """
 
 from __future__ import annotations
@@ -130,6 +135,21 @@ def greedy(s, ids: list[int], new: int) -> tuple[list[int], list[np.ndarray]]:
     return chosen, rows
 
 
+def noise_floor(packages: dict[str, Path], threads: int, prompt_len: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="mobius-ab-") as tmp:
+        variants = dict(packages)
+        for k, p in packages.items():
+            variants[k + "@0"] = with_accuracy(p, 0, Path(tmp) / k)
+        ids = prompt_ids(packages["old"], prompt_len)
+        rows = {}
+        for k, p in variants.items():
+            rows[k] = greedy(session(p, options(threads, "off")), ids, 1)[1][0]
+    for a, b in [("old", "new"), ("old", "old@0"), ("new", "new@0"), ("old@0", "new@0")]:
+        d = float(np.abs(rows[a] - rows[b]).max())
+        print(f"prefill last row, {a} vs {b}: max |Δ logits| {d:.3g}")
+    print(f"largest |logit| {float(np.abs(rows['old@0']).max()):.3g}; load {load_average()}")
+
+
 def load_average() -> str:
     one, five, _ = os.getloadavg()
     return f"{one:.2f} / {five:.2f} (1 / 5 min) on {os.cpu_count()} cores"
@@ -145,10 +165,13 @@ def main() -> None:
     ap.add_argument("--new-tokens", "--new", dest="new_tokens", type=int, default=32)
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--accuracy-level", type=int, default=None)
+    ap.add_argument("--noise-floor", action="store_true")
     args = ap.parse_args()
     import onnxruntime as ort
 
     packages = {"old": args.old, "new": args.new}
+    if args.noise_floor:
+        return noise_floor(packages, args.threads, args.prompt_len)
     work = None
     if args.accuracy_level is not None:
         work = tempfile.TemporaryDirectory(prefix="mobius-ab-")
