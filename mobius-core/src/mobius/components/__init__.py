@@ -10,7 +10,8 @@ them, docs/writing-a-plugin.md §6 "A second real family"):
   ``Embedding``, ``ScaledEmbedding`` / ``embed_scale`` (Gemma's ``sqrt(hidden)``),
   ``logit_softcap``;
 - ``RMSNorm`` (with / without weight, ``1 + w`` via ``weight_offset``, Llama/Qwen weight
-  order via ``weight_after_cast``), ``LayerNorm`` (float32);
+  order via ``weight_after_cast``; ``fused`` / ``fused_rmsnorm_available``: onnxruntime's
+  fused norm ops on ``--target cpu``), ``LayerNorm`` (float32);
 - ``rope_inv_freq`` (HF rope types incl. partial rotary), ``rotary_cos_sin`` (in-graph
   cos/sin), ``apply_rotary``; ``RotaryEmbedding`` / ``rotary_tables`` (build-time tables);
 - ``allowed_positions`` (causal / sliding / padding, plus a family overlay),
@@ -51,7 +52,7 @@ from mobius.components.masks import (
     same_block,
 )
 from mobius.components.mlp import ACTIVATIONS, GatedMLP, activation
-from mobius.components.norm import LayerNorm, RMSNorm
+from mobius.components.norm import FUSED_NORM_TARGETS, LayerNorm, RMSNorm, fused_rmsnorm_available
 from mobius.components.rotary import (
     ROPE_TYPES,
     RotaryEmbedding,
@@ -66,6 +67,7 @@ from mobius.components.softcap import logit_softcap
 __all__ = [
     "ACTIVATIONS",
     "DTYPE_NAMES",
+    "FUSED_NORM_TARGETS",
     "GQA_DTYPES",
     "MS_DOMAIN",
     "ROPE_TYPES",
@@ -90,6 +92,7 @@ __all__ = [
     "dtype_name",
     "embed_scale",
     "finish_model",
+    "fused_rmsnorm_available",
     "gqa_available",
     "gqa_lengths",
     "ir_dtype",

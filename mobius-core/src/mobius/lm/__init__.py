@@ -17,7 +17,10 @@ One signature each (docs/writing-a-plugin.md §7 shows a whole family on it):
   (Attention vs GroupQueryAttention, reason logged; ``attention_paths(target, dtype, *,
   family, gqa_exact)`` per layer where some masks GroupQueryAttention cannot express), ``SelfAttention``, ``DecoderLayer``,
   ``DecoderLM``, ``build_decoder(cfg, build_dtype, target, *, family, qk_norm=False,
-  mlp=gated_mlp)``, ``decoder_shape(cfg)``;
+  mlp=gated_mlp)``, ``decoder_shape(cfg)``; on ``--target cpu`` float32 the RMSNorms and
+  residual adds are onnxruntime's fused norm ops (``fused_rmsnorm_available``; a layer
+  returns ``(h, pending, present_key, present_value)``, ``pending`` the residual the next
+  norm adds);
 - the Gemma shape (:mod:`mobius.lm.gemma`): ``GemmaConfig`` (in :mod:`mobius.lm.config`),
   ``build_gemma(cfg, build_dtype, target, *, family)``, ``gemma_plan(cfg, checkpoint, dtype)``,
   ``GemmaDecoderLM`` (overrides ``DecoderLM.rotary`` / ``logits``);

@@ -21,6 +21,13 @@ build dtype: these masks are plain causal, windowed on sliding layers
 (``local_window_size = W``: onnxruntime counts the current token as HF's
 ``sliding_window`` does), which GroupQueryAttention expresses exactly for right-padded
 batches. q and k are rotated before it (``do_rotary = 0``).
+
+RMSNorms (:func:`mobius.components.fused_rmsnorm_available`): ``--target cpu`` float32
+builds write each as one ONNX ``RMSNormalization`` node, and each
+residual add with the norm that follows it as one ``SkipSimplifiedLayerNormalization``:
+a layer hands its MLP output on unadded (``pending``) and the next layer's
+``input_layernorm`` (or the final ``norm``) adds it. Other targets and dtypes keep the
+explicit op chain and Adds.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from mobius.components import (
     RMSNorm,
     allowed_positions,
     apply_rotary,
+    fused_rmsnorm_available,
     gqa_available,
     gqa_lengths,
     ir_dtype,
@@ -110,7 +118,14 @@ class SelfAttention(nn.Module):
     """
 
     def __init__(
-        self, cfg: DecoderConfig, i: int, dtype: ir.DataType, path: str, *, qk_norm: bool
+        self,
+        cfg: DecoderConfig,
+        i: int,
+        dtype: ir.DataType,
+        path: str,
+        *,
+        qk_norm: bool,
+        fused_norms: bool = False,
     ) -> None:
         super().__init__()
         H, nh, kvh, hd = (
@@ -125,8 +140,9 @@ class SelfAttention(nn.Module):
         self.k_proj = Linear(H, kvh * hd, bias, dtype=dtype)
         self.v_proj = Linear(H, kvh * hd, bias, dtype=dtype)
         self.o_proj = Linear(nh * hd, H, bias, dtype=dtype)
-        self.q_norm = RMSNorm(hd, eps, weight_after_cast=True, dtype=dtype) if qk_norm else None
-        self.k_norm = RMSNorm(hd, eps, weight_after_cast=True, dtype=dtype) if qk_norm else None
+        norm = dict(weight_after_cast=True, dtype=dtype, fused=fused_norms)
+        self.q_norm = RMSNorm(hd, eps, **norm) if qk_norm else None
+        self.k_norm = RMSNorm(hd, eps, **norm) if qk_norm else None
         if path == GQA:
             window = cfg.window(i)
             self.core = GroupQueryAttention(
@@ -158,25 +174,40 @@ class SelfAttention(nn.Module):
 
 class DecoderLayer(nn.Module):
     """Pre-norm attention + MLP with residuals; children ``self_attn``, ``mlp``,
-    ``input_layernorm``, ``post_attention_layernorm`` (HF's names)."""
+    ``input_layernorm``, ``post_attention_layernorm`` (HF's names).
+
+    ``forward(op, h, cos, sin, mask, past_key, past_value, pending=None) -> (h, pending,
+    present_key, present_value)``: the residual stream is ``h + pending`` (``pending``
+    None: ``h``). Unfused the layer returns ``pending = None``; with ``fused_norms`` it
+    returns its MLP output as ``pending``, for the next norm to add in one fused node.
+    """
 
     def __init__(
-        self, cfg: DecoderConfig, self_attn: SelfAttention, mlp: nn.Module, dtype: ir.DataType
+        self,
+        cfg: DecoderConfig,
+        self_attn: SelfAttention,
+        mlp: nn.Module,
+        dtype: ir.DataType,
+        *,
+        fused_norms: bool = False,
     ) -> None:
         super().__init__()
         H, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.self_attn = self_attn
         self.mlp = mlp
-        self.input_layernorm = RMSNorm(H, eps, weight_after_cast=True, dtype=dtype)
-        self.post_attention_layernorm = RMSNorm(H, eps, weight_after_cast=True, dtype=dtype)
+        self.fused_norms = fused_norms
+        norm = dict(weight_after_cast=True, dtype=dtype, fused=fused_norms)
+        self.input_layernorm = RMSNorm(H, eps, **norm)
+        self.post_attention_layernorm = RMSNorm(H, eps, **norm)
 
-    def forward(self, op, h, cos, sin, mask, past_key, past_value):
-        a, pk, pv = self.self_attn(
-            op, self.input_layernorm(op, h), cos, sin, mask, past_key, past_value
-        )
-        h = op.Add(h, a)
-        h = op.Add(h, self.mlp(op, self.post_attention_layernorm(op, h)))
-        return h, pk, pv
+    def forward(self, op, h, cos, sin, mask, past_key, past_value, pending=None):
+        x, h = self.input_layernorm.residual(op, h, pending)
+        a, pk, pv = self.self_attn(op, x, cos, sin, mask, past_key, past_value)
+        x, h = self.post_attention_layernorm.residual(op, h, a)
+        m = self.mlp(op, x)
+        if self.fused_norms:
+            return h, m, pk, pv
+        return op.Add(h, m), None, pk, pv
 
 
 MlpFactory = Callable[[DecoderConfig, int, ir.DataType], nn.Module]
@@ -212,19 +243,23 @@ class DecoderLM(nn.Module):
         self.cfg, self.dtype = cfg, dtype
         self.last_only = logits == "last"
         self.path = attention_path(target, dtype, family=family, layers=cfg.num_hidden_layers)
+        self.fused_norms = fused = fused_rmsnorm_available(target, dtype)
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
         self.layers = nn.ModuleList(
             [
                 DecoderLayer(
                     cfg,
-                    SelfAttention(cfg, i, dtype, self.path, qk_norm=qk_norm),
+                    SelfAttention(cfg, i, dtype, self.path, qk_norm=qk_norm, fused_norms=fused),
                     mlp(cfg, i, dtype),
                     dtype,
+                    fused_norms=fused,
                 )
                 for i in range(cfg.num_hidden_layers)
             ]
         )
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, weight_after_cast=True, dtype=dtype)
+        self.norm = RMSNorm(
+            cfg.hidden_size, cfg.rms_norm_eps, weight_after_cast=True, dtype=dtype, fused=fused
+        )
         if not cfg.tie_word_embeddings:
             self.lm_head = nn.Parameter(
                 [cfg.vocab_size, cfg.hidden_size], dtype=dtype, name="lm_head.weight"
@@ -249,18 +284,25 @@ class DecoderLM(nn.Module):
         h = self.embed_tokens(op, ins["input_ids"])
         masks = self._masks(op, ins["attention_mask"], h)
         rotary = self.rotary(op, ins["position_ids"])
-        out = {}
+        out, pending = {}, None
         for i, layer in enumerate(self.layers):
             names = [kv_port(i, kind) for kind in ("key", "value")]
             kind = cfg.layer_types[i]
-            h, pk, pv = layer(op, h, *rotary[kind], masks[kind], ins[names[0]], ins[names[1]])
+            h, pending, pk, pv = layer(
+                op, h, *rotary[kind], masks[kind], ins[names[0]], ins[names[1]], pending
+            )
             out[kv_port(i, "key", present=True)] = pk
             out[kv_port(i, "value", present=True)] = pv
         if self.last_only:  # the head (and its norm) on the last position alone
-            h = op.Slice(h, op.Constant(value_ints=[-1]), op.Constant(value_ints=[2**63 - 1]),
-                         op.Constant(value_ints=[1]))  # fmt: skip
-        out["logits"] = self.logits(op, h)
+            h = self._last(op, h)
+            pending = None if pending is None else self._last(op, pending)
+        out["logits"] = self.logits(op, h, pending)
         return out
+
+    @staticmethod
+    def _last(op, h):
+        return op.Slice(h, op.Constant(value_ints=[-1]), op.Constant(value_ints=[2**63 - 1]),
+                        op.Constant(value_ints=[1]))  # fmt: skip
 
     def rotary(self, op, position_ids) -> dict[str, tuple[ir.Value, ir.Value]]:
         """``(cos, sin)`` per layer type: ``cfg.rope`` for all (a family with one rope per
@@ -274,9 +316,10 @@ class DecoderLM(nn.Module):
         inv_freq, scaling = rope_inv_freq(rope.as_dict(), cfg.head_dim, cfg.max_position_embeddings)
         return rotary_cos_sin(op, inv_freq, position_ids, self.dtype, scaling=scaling, name=name)
 
-    def logits(self, op, h):
-        """``norm`` then the head: ``[B, S, V]`` logits."""
-        h = self.norm(op, h)
+    def logits(self, op, h, pending=None):
+        """``norm`` of ``h + pending`` (``pending`` None: of ``h``) then the head:
+        ``[B, S, V]`` logits."""
+        h = self.norm.residual(op, h, pending)[0]
         head = self.embed_tokens.weight if self.cfg.tie_word_embeddings else self.lm_head
         return linear_transposed(op, h, head, self.cfg.vocab_size)
 

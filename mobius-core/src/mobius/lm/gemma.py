@@ -38,42 +38,56 @@ SANDWICH_NORMS = (
 )
 
 
-def gemma_norm(dim: int, eps: float, dtype: ir.DataType) -> RMSNorm:
-    """Gemma's RMSNorm: ``x̂ · (1 + w)`` in float32, cast back to the input dtype last."""
-    return RMSNorm(dim, eps, weight_offset=1.0, dtype=dtype)
+def gemma_norm(dim: int, eps: float, dtype: ir.DataType, *, fused: bool = False) -> RMSNorm:
+    """Gemma's RMSNorm: ``x̂ · (1 + w)`` in float32, cast back to the input dtype last
+    (``fused``: onnxruntime's fused norm ops, see :class:`mobius.components.RMSNorm`)."""
+    return RMSNorm(dim, eps, weight_offset=1.0, dtype=dtype, fused=fused)
 
 
 class GemmaSelfAttention(SelfAttention):
     """:class:`SelfAttention` with Gemma's q/k norms, scale and optional score cap."""
 
-    def __init__(self, cfg: GemmaConfig, i: int, dtype: ir.DataType, path: str) -> None:
+    def __init__(
+        self, cfg: GemmaConfig, i: int, dtype: ir.DataType, path: str, *, fused_norms=False
+    ) -> None:
         super().__init__(cfg, i, dtype, path, qk_norm=False)
         if cfg.qk_norm:
-            self.q_norm = gemma_norm(cfg.head_dim, cfg.rms_norm_eps, dtype)
-            self.k_norm = gemma_norm(cfg.head_dim, cfg.rms_norm_eps, dtype)
+            self.q_norm = gemma_norm(cfg.head_dim, cfg.rms_norm_eps, dtype, fused=fused_norms)
+            self.k_norm = gemma_norm(cfg.head_dim, cfg.rms_norm_eps, dtype, fused=fused_norms)
         self.core.scale = float(cfg.query_pre_attn_scalar) ** -0.5
         self.core.softcap = float(cfg.attn_logit_softcapping or 0.0)
 
 
 class GemmaDecoderLayer(nn.Module):
-    """Sandwich-norm layer; children ``self_attn``, ``mlp`` and :data:`SANDWICH_NORMS`."""
+    """Sandwich-norm layer; children ``self_attn``, ``mlp`` and :data:`SANDWICH_NORMS`.
+    ``forward`` as :class:`mobius.lm.decoder.DecoderLayer`'s (the residual stream is
+    ``h + pending``; with ``fused_norms`` the normed MLP output is handed on unadded)."""
 
     def __init__(
-        self, cfg: GemmaConfig, self_attn: SelfAttention, mlp: nn.Module, dtype: ir.DataType
+        self,
+        cfg: GemmaConfig,
+        self_attn: SelfAttention,
+        mlp: nn.Module,
+        dtype: ir.DataType,
+        *,
+        fused_norms: bool = False,
     ) -> None:
         super().__init__()
         self.self_attn = self_attn
         self.mlp = mlp
+        self.fused_norms = fused_norms
         for name in SANDWICH_NORMS:
-            setattr(self, name, gemma_norm(cfg.hidden_size, cfg.rms_norm_eps, dtype))
+            norm = gemma_norm(cfg.hidden_size, cfg.rms_norm_eps, dtype, fused=fused_norms)
+            setattr(self, name, norm)
 
-    def forward(self, op, h, cos, sin, mask, past_key, past_value):
-        a, pk, pv = self.self_attn(
-            op, self.input_layernorm(op, h), cos, sin, mask, past_key, past_value
-        )
-        h = op.Add(h, self.post_attention_layernorm(op, a))
-        m = self.mlp(op, self.pre_feedforward_layernorm(op, h))
-        return op.Add(h, self.post_feedforward_layernorm(op, m)), pk, pv
+    def forward(self, op, h, cos, sin, mask, past_key, past_value, pending=None):
+        x, h = self.input_layernorm.residual(op, h, pending)
+        a, pk, pv = self.self_attn(op, x, cos, sin, mask, past_key, past_value)
+        x, h = self.pre_feedforward_layernorm.residual(op, h, self.post_attention_layernorm(op, a))
+        m = self.post_feedforward_layernorm(op, self.mlp(op, x))
+        if self.fused_norms:
+            return h, m, pk, pv
+        return op.Add(h, m), None, pk, pv
 
 
 class GemmaDecoderLM(DecoderLM):
@@ -96,14 +110,15 @@ class GemmaDecoderLM(DecoderLM):
             [
                 GemmaDecoderLayer(
                     cfg,
-                    GemmaSelfAttention(cfg, i, dtype, self.path),
+                    GemmaSelfAttention(cfg, i, dtype, self.path, fused_norms=self.fused_norms),
                     gated_mlp(cfg, i, dtype),
                     dtype,
+                    fused_norms=self.fused_norms,
                 )
                 for i in range(cfg.num_hidden_layers)
             ]
         )
-        self.norm = gemma_norm(H, eps, dtype)
+        self.norm = gemma_norm(H, eps, dtype, fused=self.fused_norms)
 
     def rotary(self, op, position_ids):
         cfg = self.cfg
@@ -111,8 +126,8 @@ class GemmaDecoderLM(DecoderLM):
         used = sorted(set(cfg.layer_types))
         return {t: self.cos_sin(op, ropes[t][0], position_ids, ropes[t][1]) for t in used}
 
-    def logits(self, op, h):
-        return logit_softcap(op, super().logits(op, h), self.cfg.final_logit_softcapping)
+    def logits(self, op, h, pending=None):
+        return logit_softcap(op, super().logits(op, h, pending), self.cfg.final_logit_softcapping)
 
 
 def build_gemma(
