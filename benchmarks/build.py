@@ -15,7 +15,8 @@ optimize_component; no weights are bound) and reports its wall time and peak RSS
 tensor names and shapes from transformers on the meta device, plus the unused
 KV-consumer ``k_proj``/``v_proj``/``k_norm`` tensors the real checkpoint carries;
 finite random bf16 values from a tiled random block) straight to sharded
-safetensors with numpy, then times ``cp -r`` of it and ``mobius.build(...,
+safetensors with numpy, plus a synthetic 262,144-id tokenizer that llama.cpp's converter
+accepts (:func:`write_synthetic_tokenizer`), then times ``cp -r`` of it and ``mobius.build(...,
 dtype="bf16")`` on the same disk in the same run, both followed by ``sync``. It
 prints peak RSS of the build (target ≤ 2 GiB) and the wall-time ratio build /
 copy. Needs ~30 GB free in DIR (checked first) and torch + transformers for the
@@ -239,7 +240,80 @@ def write_synthetic_checkpoint(folder: Path, config_path: Path) -> int:
         total += offset
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
+    raw = json.loads(config_path.read_text())
+    write_synthetic_tokenizer(folder, raw["text_config"]["vocab_size"])
     return total
+
+
+SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|turn>", "<turn|>")
+
+
+def write_synthetic_tokenizer(folder: Path, vocab_size: int) -> None:
+    """A Gemma-shaped ``tokenizer.json`` of exactly ``vocab_size`` ids, and its config files.
+
+    The shape llama.cpp's ``convert_hf_to_gguf.py`` reads for Gemma 4 (``LlamaHfVocab``:
+    BPE with byte fallback, a ``Sequence`` decoder, merges): the special tokens of
+    ``testdata/tiny-gemma4`` first (``<pad>`` 0, ``<eos>`` 1, ``<bos>`` 2, ...), the 256
+    ``<0xNN>`` byte tokens, ``▁``, printable ASCII, 1,024 CJK ideographs as base symbols,
+    then their pairs (one merge each) up to ``vocab_size``. The ids, not the text, are what
+    the benchmarks compare; ``tokenizer_config.json``, ``generation_config.json`` and
+    ``chat_template.jinja`` are copied from ``testdata/tiny-gemma4``.
+    """
+    vocab: dict[str, int] = {}
+    for token in (*SPECIAL_TOKENS, *(f"<0x{b:02X}>" for b in range(256)), "\n", "▁"):
+        vocab.setdefault(token, len(vocab))
+    for c in range(0x21, 0x7F):
+        vocab.setdefault(chr(c), len(vocab))
+    base = [chr(0x4E00 + i) for i in range(1024)]
+    for c in base:
+        vocab.setdefault(c, len(vocab))
+    merges = []
+    for a in base:
+        for b in base:
+            if len(vocab) >= vocab_size:
+                break
+            vocab.setdefault(a + b, len(vocab))
+            merges.append([a, b])
+    if len(vocab) != vocab_size:
+        raise SystemExit(f"synthetic tokenizer: {len(vocab)} ids, not {vocab_size}")
+    added = [
+        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}
+        for i, t in enumerate(SPECIAL_TOKENS)
+    ]  # fmt: skip
+    tokenizer = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+        "pre_tokenizer": None,
+        "post_processor": None,
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+            ],
+        },
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": "<unk>",
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": merges,
+        },
+    }
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
+    tiny = CONFIGS.parent / "tiny-gemma4"
+    for name in ("tokenizer_config.json", "generation_config.json", "chat_template.jinja"):
+        shutil.copy(tiny / name, folder / name)
 
 
 BENCH_MARK = ".mobius-bench"

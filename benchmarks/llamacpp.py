@@ -160,11 +160,16 @@ def bench(gguf: Path, package: Path, args) -> None:
     ours = Ours(package, args.threads, args.spin)
     ours.generate(ids, 4)  # warm-up, both sides
     theirs.generate(ids, 4)
+    print(f"  loaded and warmed up; load average {load_average()}", flush=True)
     before = load_average()
     rows: dict[str, list] = {"ours": [], "llama.cpp": []}
-    for _ in range(args.runs):  # in turns, so that both see the same load
-        rows["ours"].append(ours.generate(ids, args.new))
-        rows["llama.cpp"].append(theirs.generate(ids, args.new))
+    for turn in range(args.runs):  # in turns, so that both see the same load
+        for name, side in (("ours", ours), ("llama.cpp", theirs)):
+            rows[name].append(side.generate(ids, args.new))
+            _, pre, tps = rows[name][-1]
+            # each turn as it ends: a run cut short on a loaded machine still says something
+            print(f"  turn {turn + 1} {name:10s} prefill {pre:8.1f} ms   decode {tps:7.1f} tok/s"
+                  f"   load {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
     after = load_average()
     for name, runs in rows.items():
         if any(r[0] != runs[0][0] for r in runs):

@@ -82,10 +82,10 @@ def _bind_random(model: ir.Model, seed: int = 0) -> None:
             value.const_value = ir.tensor(data.astype(NP[value.dtype]), name=value.name)
 
 
-def _build(case: str, dtype: str = "f32", target: str = "default"):
+def _build(case: str, dtype: str = "f32", target: str = "default", logits: str = "all"):
     raw = CASES[case]
     config = read_config(raw["model_type"], raw)
-    options = BuildOptions(dtype=dtype, target=target)
+    options = BuildOptions(dtype=dtype, target=target, logits=logits)
     graphs = {c: build_component(config, c, options) for c in text_components(config, options)}
     return config, pipeline_contract(config, options), graphs
 
@@ -249,3 +249,39 @@ def test_runs_in_onnxruntime_with_prefill_and_decode(case, target):
     out2 = step(ids[:, -1:], S + 1, past)
     assert out2["logits"].shape == (B, 1, text.vocab_size)
     assert out2["present.0.value"].shape[2] == S + 1
+
+
+@pytest.mark.parametrize("target", ["default", "cpu"])
+@pytest.mark.parametrize("case", ["text", "mm"])
+def test_last_position_logits_are_the_last_row_of_all(case, target):
+    """``logits="last"``: the contract and graph give ``[B, 1, V]``, equal to the last row of
+    the ``"all"`` build's logits on the same weights, and the same presents (prefill of 7)."""
+    runs = {}
+    for logits in ("all", "last"):
+        config, contract, graphs = _build(case, target=target, logits=logits)
+        validate(contract, graphs)
+        text = config.text
+        comp = "model" if "model" in graphs else "decoder"
+        declared = next(p for p in contract.component(comp).outputs if p.name == "logits")
+        assert declared.shape[1] == (1 if logits == "last" else "sequence_len")
+        sessions = {name: _session(m) for name, m in graphs.items()}  # same seed per graph
+        ids, past = _random_feeds(text, 2, 7)
+        feeds = {
+            "attention_mask": np.ones((2, 7), np.int64),
+            "position_ids": np.tile(np.arange(7), (2, 1)),
+            **past,
+        }
+        if comp == "model":
+            feeds["input_ids"] = ids
+        else:
+            emb = sessions["embedding"]
+            feeds.update(
+                zip([o.name for o in emb.get_outputs()], emb.run(None, {"input_ids": ids}))
+            )
+        sess = sessions[comp]
+        runs[logits] = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    assert runs["last"]["logits"].shape == (2, 1, config.text.vocab_size)
+    np.testing.assert_array_equal(runs["last"]["logits"], runs["all"]["logits"][:, -1:])
+    for name, value in runs["all"].items():
+        if name != "logits":
+            np.testing.assert_array_equal(runs["last"][name], value)

@@ -21,7 +21,9 @@ def build_component(config: Gemma4Config, component: str, options: BuildOptions)
 
     multimodal = config.model_type in MULTIMODAL_TYPES
     if config.model_type == "gemma4_text" and component == "model":
-        return model.build_causal_lm(config.text, options.dtype, options.target)
+        return model.build_causal_lm(
+            config.text, options.dtype, options.target, logits=options.logits
+        )
     if multimodal and component == "embedding":
         return model.build_embedding(config, options.dtype)
     if multimodal and component == "decoder":
@@ -32,6 +34,7 @@ def build_component(config: Gemma4Config, component: str, options: BuildOptions)
             target=options.target,
             # HF's unified forward ORs the image blocks into every layer's mask (text.model).
             overlay_full_layers=config.model_type == "gemma4_unified",
+            logits=options.logits,
         )
     if component in ("vision_encoder", "audio_encoder") and component in text_components(
         config, options

@@ -42,10 +42,10 @@ def pipeline_contract(config: Gemma4Config, options: BuildOptions) -> Contract:
     dtype = options.port_dtype
     text = config.text
     if config.model_type == "gemma4_text":
-        return lm_contract(lm_shape(text), dtype)
+        return lm_contract(lm_shape(text), dtype, logits=options.logits)
     e_in, e_out = embedding_ports(text, dtype, image=has_vision(config), audio=has_audio(config))
     overlay = vision_overlay(config)
-    d_in, d_out = decoder_ports(text, dtype, input_ids=overlay)
+    d_in, d_out = decoder_ports(text, dtype, input_ids=overlay, logits=options.logits)
     media_components, media_edges, media_externals, media_optionals = _media_parts(config, dtype)
     # The image-block mask reads the same caller ids as the embedding: one ExternalInput
     # per consuming port, both named ``input_ids``.

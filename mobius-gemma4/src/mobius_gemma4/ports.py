@@ -26,18 +26,21 @@ def lm_shape(cfg: Gemma4TextConfig) -> LMShape:
     return LMShape(cfg.vocab_size, cfg.kv_heads, cfg.head_dims, frozenset(consumers))
 
 
-def model_ports(cfg: Gemma4TextConfig, dtype: str) -> tuple[list[PortSpec], list[PortSpec]]:
-    """Single ``model`` graph: ids in, logits + presents out."""
-    return lm_ports(lm_shape(cfg), dtype)
+def model_ports(
+    cfg: Gemma4TextConfig, dtype: str, logits: str = "all"
+) -> tuple[list[PortSpec], list[PortSpec]]:
+    """Single ``model`` graph: ids in, logits + presents out (``logits="last"``: the last
+    position's only, ``[batch, 1, vocab]``; core :func:`mobius.lm.lm_ports`)."""
+    return lm_ports(lm_shape(cfg), dtype, logits)
 
 
 def decoder_ports(
-    cfg: Gemma4TextConfig, dtype: str, *, input_ids: bool = False
+    cfg: Gemma4TextConfig, dtype: str, *, input_ids: bool = False, logits: str = "all"
 ) -> tuple[list[PortSpec], list[PortSpec]]:
     """``decoder`` graph: :func:`model_ports` with ``inputs_embeds`` (and, with PLE,
     ``per_layer_inputs``) for ``input_ids``; ``input_ids`` stays an input only for the
     in-graph image-block mask."""
-    ins, outs = model_ports(cfg, dtype)
+    ins, outs = model_ports(cfg, dtype, logits)
     first: list[PortSpec] = [("inputs_embeds", dtype, (BATCH, SEQ, cfg.hidden_size))]
     if cfg.has_ple:
         first.append(("per_layer_inputs", dtype, (BATCH, SEQ, cfg.ple_width)))

@@ -74,12 +74,20 @@ from mobius_gemma4.ports import decoder_ports, embedding_ports, has_audio, has_v
 from mobius_gemma4.text.layers import Gemma4DecoderLayer, PerLayerEmbedder
 
 
-def build_causal_lm(cfg: Gemma4TextConfig, build_dtype: str, target: str = "default") -> ir.Model:
-    """The ``model`` graph of ``gemma4_text``."""
-    inputs, outputs = model_ports(cfg, PORT_DTYPE_OF_BUILD_DTYPE[build_dtype])
-    return _graph(
-        "gemma4_text", inputs, outputs, Gemma4CausalLM(cfg, ir_dtype(build_dtype), target)
-    )
+def build_causal_lm(
+    cfg: Gemma4TextConfig, build_dtype: str, target: str = "default", *, logits: str = "all"
+) -> ir.Model:
+    """The ``model`` graph of ``gemma4_text`` (``logits="last"``: the head on the last
+    position only)."""
+    inputs, outputs = model_ports(cfg, PORT_DTYPE_OF_BUILD_DTYPE[build_dtype], logits)
+    module = Gemma4CausalLM(cfg, ir_dtype(build_dtype), target, last_only=logits == "last")
+    return _graph("gemma4_text", inputs, outputs, module)
+
+
+def last_position(op, h):
+    """``h[:, -1:, :]``: the hidden state the head reads under ``logits="last"``."""
+    return op.Slice(h, op.Constant(value_ints=[-1]), op.Constant(value_ints=[2**63 - 1]),
+                    op.Constant(value_ints=[1]))  # fmt: skip
 
 
 def build_embedding(config: Gemma4Config, build_dtype: str) -> ir.Model:
@@ -99,21 +107,28 @@ def build_decoder(
     block_token_ids: tuple[int, ...] = (),
     target: str = "default",
     overlay_full_layers: bool = False,
+    logits: str = "all",
 ) -> ir.Model:
     """The ``decoder`` graph. ``block_token_ids`` (image, video placeholders) turn on the
     ``"vision"`` mask overlay: the graph then takes ``input_ids`` to find image blocks;
-    ``overlay_full_layers`` puts it on full layers too (``gemma4_unified``)."""
+    ``overlay_full_layers`` puts it on full layers too (``gemma4_unified``);
+    ``logits="last"``: the head on the last position only."""
     inputs, outputs = decoder_ports(
-        cfg, PORT_DTYPE_OF_BUILD_DTYPE[build_dtype], input_ids=bool(block_token_ids)
+        cfg, PORT_DTYPE_OF_BUILD_DTYPE[build_dtype], input_ids=bool(block_token_ids), logits=logits
     )
-    module = Gemma4Decoder(cfg, ir_dtype(build_dtype), block_token_ids, target, overlay_full_layers)
+    module = Gemma4Decoder(
+        cfg, ir_dtype(build_dtype), block_token_ids, target, overlay_full_layers, logits == "last"
+    )
     return _graph("gemma4_decoder", inputs, outputs, module)
 
 
 class Gemma4CausalLM(nn.Module):
-    def __init__(self, cfg: Gemma4TextConfig, dtype: ir.DataType, target: str) -> None:
+    def __init__(
+        self, cfg: Gemma4TextConfig, dtype: ir.DataType, target: str, last_only: bool = False
+    ) -> None:
         super().__init__("")
         self.cfg = cfg
+        self.last_only = last_only
         H = cfg.hidden_size
         self.embed_tokens = ScaledEmbedding(cfg.vocab_size, H, embed_scale(H, dtype), dtype=dtype)
         if cfg.has_ple:
@@ -128,6 +143,8 @@ class Gemma4CausalLM(nn.Module):
         h = self.embed_tokens(op, ids)
         ple = self.ple(op, ids, h) if cfg.has_ple else None
         h, out = self.stack(op, h, ins, ple)
+        if self.last_only:
+            h = last_position(op, h)
         if cfg.tie_word_embeddings:
             logits = linear_transposed(op, h, self.embed_tokens.weight, cfg.vocab_size)
         else:
@@ -171,9 +188,11 @@ class Gemma4Decoder(nn.Module):
         block_token_ids: tuple[int, ...],
         target: str,
         overlay_full_layers: bool,
+        last_only: bool = False,
     ) -> None:
         super().__init__("")
         self.cfg = cfg
+        self.last_only = last_only
         self.block_token_ids = block_token_ids
         self.stack = Gemma4TextStack(
             cfg,
@@ -192,6 +211,8 @@ class Gemma4Decoder(nn.Module):
         if self.block_token_ids:
             blocks = block_ids(op, ins["input_ids"], self.block_token_ids)
         h, out = self.stack(op, ins["inputs_embeds"], ins, ins.get("per_layer_inputs"), blocks)
+        if self.last_only:
+            h = last_position(op, h)
         logits = linear_transposed(op, h, self.lm_head, cfg.vocab_size)
         out["logits"] = logit_softcap(op, logits, cfg.final_logit_softcapping)
         return out
