@@ -6,7 +6,8 @@ GGUF file in different weight forms), in one process, the packages taking turns.
 runtime's own session options, so every package sees the same ones), warmed up, then
 generates ``--new`` greedy tokens after the same ``--prompt-len`` prompt ids, one
 generation per package per round; prints the median decode tokens/s and prefill time of
-each, their ratios to the first package, whether the greedy ids equal the first
+each and the process CPU time of a whole generation (all threads: on a shared machine
+the steadier measure of the work), their ratios to the first package, whether the greedy ids equal the first
 package's, and the load average before and after (the machine is shared: compare the
 figures of one run only). No assertions.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import time
 
 import numpy as np
 
@@ -36,23 +38,27 @@ def main() -> None:
         p.generate(input_ids=ids, max_new_tokens=4, stop_ids=())
     speed: dict[str, list[float]] = {k: [] for k in pipes}
     prefill: dict[str, list[float]] = {k: [] for k in pipes}
+    cpu: dict[str, list[float]] = {k: [] for k in pipes}
     out: dict[str, list[int]] = {}
     before = os.getloadavg()
     for _ in range(args.runs):
         for name, p in pipes.items():
+            c = time.process_time()
             r = p.generate(input_ids=ids, max_new_tokens=args.new, stop_ids=())
+            cpu[name].append(time.process_time() - c)
             speed[name].append(r.decode_tokens_per_s)
             prefill[name].append(r.prefill_ms)
             out[name] = list(r.ids)
     after = os.getloadavg()
     first = args.packages[0]
-    base_s, base_p = statistics.median(speed[first]), statistics.median(prefill[first])
+    base = [statistics.median(d[first]) for d in (speed, prefill, cpu)]
     for name in pipes:
-        s, pf = statistics.median(speed[name]), statistics.median(prefill[name])
-        same = "same ids" if out[name] == out[first] else "ids DIFFER"
+        s, pf, c = (statistics.median(d[name]) for d in (speed, prefill, cpu))
+        same = "the same ids as" if out[name] == out[first] else "other ids than"
         print(
-            f"{name}: decode {s:6.1f} tok/s ({s / base_s:.3f}x), prefill {pf:6.1f} ms "
-            f"({pf / base_p:.3f}x), {same} as {first}"
+            f"{name}: decode {s:6.1f} tok/s ({s / base[0]:.3f}x), prefill {pf:6.1f} ms "
+            f"({pf / base[1]:.3f}x), CPU {c * 1e3:7.1f} ms a generation ({c / base[2]:.3f}x), "
+            f"{same} {first}"
         )
     print(
         f"load average before {before[0]:.2f} / {before[1]:.2f}, after {after[0]:.2f} / "

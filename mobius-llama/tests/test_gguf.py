@@ -246,9 +246,9 @@ def test_q4_1_q4_k_cpu_form_is_exact(tmp_path):
     reference's best up to a near-tie)."""
     pytest.importorskip("onnxruntime")
     import onnx
-    from mobius_testing.gguf_files import q4_k_blocks
 
     from mobius.package import MANIFEST_NAME
+    from mobius_testing.gguf_files import q4_k_blocks
 
     rng = np.random.default_rng(29)
     folder = _wide_checkpoint(tmp_path / "wide")

@@ -702,6 +702,21 @@ class SourceQuant:
             lines.append(f"kept float: {shown}: {why}")
         return lines
 
+    def corrected(self, reports: Mapping[str, ComponentQuant]) -> list[str]:
+        """One line per GGUF type kept exactly as int4 levels plus block corrections
+        (``--target cpu``'s form of Q4_1 / Q4_K MatMul weights)."""
+        counts: dict[str, int] = {}
+        for report in reports.values():
+            for entry in report.tensors.values():
+                if entry.get("correction"):
+                    kind = self.source_type(entry.get("source")) or "?"
+                    counts[kind] = counts.get(kind, 0) + 1
+        return [
+            f"--target cpu: {n} {kind} tensor(s) kept exactly as int4 blocks plus "
+            "block-sum corrections"
+            for kind, n in sorted(counts.items())
+        ]
+
     def approximations(self) -> dict[str, tuple[float, int]]:
         """GGUF type → (largest |weight error|, tensors) of the ``--target cpu`` forms,
         known once the tensors were written."""
