@@ -102,7 +102,7 @@ type → (bits, block size, float zero points). Q8_0 / Q4_0 / Q5_0 / Q6_K hold
 exact in float32); Q4_1 / Q4_K hold ``d · q + m`` (Q4_K: ``d·sc · q − dmin·m`` per 32),
 kept as 4-bit levels ``q`` with the scale and the float zero point ``−m / scale``
 (MatMulNBits reads ``(q − zp) · scale``: one float rounding), or, by ``--target cpu``
-(:data:`CPU_FORM`), as symmetric 4-bit levels ``q`` (MatMulNBits' default zero point 8)
+(:data:`EXACT_CPU`), as symmetric 4-bit levels ``q`` (MatMulNBits' default zero point 8)
 with the scale ``d`` and a per-block correction ``c = m + 8·d`` added by the graph
 (``QuantScheme.block_correction``). The levels are read by ``gguf.quants.dequantize``
 itself, of each block with its scales set to 1."""
