@@ -2,7 +2,8 @@
 format, a tensor quantized by gguf's own quantizer (hand-built blocks for the K-quants,
 which gguf cannot quantize) becomes MatMulNBits / GatherBlockQuantized, and onnxruntime
 computes with exactly gguf's dequantization (the exact forms), or within the weight
-error the build reports (``--target cpu``'s int8 form of the float-minimum formats);
+error the build reports (``--target cpu``'s int8 form of the float-minimum formats a
+Gather reads, and of Q5_1 / Q5_K; Q4_1 / Q4_K MatMul weights take an exact int4 form);
 formats without a form stay float, saying why."""
 
 from __future__ import annotations
@@ -133,19 +134,31 @@ def test_each_format_keeps_gguf_values(tmp_path, kind, target):
         assert "GatherBlockQuantized" in report.kept_float["E"]  # no float zero points there
         np.testing.assert_array_equal(rows, want_e[ids])
         return
-    # --target cpu: int8 blocks of 32 with integer zero points from gguf's values; the
-    # reported error is the largest over both tensors, and bounds the outputs
-    assert report.tensors["W"]["zero_points"] == "uint8" and found["MatMulNBits"]["bits"] == 8
+    # --target cpu: Q4_1 / Q4_K read by MatMul only: exact, int4 levels (default zero
+    # point 8) plus ReduceSum(x by blocks of 32) @ C; a Gather's table (and Q5_1 / Q5_K):
+    # int8 blocks of 32 with integer zero points from gguf's values, the reported error
+    # the largest over those tensors, and bounding the outputs
     assert found["GatherBlockQuantized"]["bits"] == 8
+    approximated = {"e": want_e} if kind in FLOAT_MIN else {"w": want_w, "e": want_e}
     errors = {}
-    for name, want in (("w", want_w), ("e", want_e)):
+    for name, want in approximated.items():
         q = quantize_rows(want, bits=8, block_size=32, symmetric=False)
         errors[name] = float(np.abs(dequantize_rows(q, K, bits=8, block_size=32) - want).max())
     ((largest, count),) = keep.approximations().values()
-    assert keep.approximations().keys() == {kind} and count == 2
+    assert keep.approximations().keys() == {kind} and count == len(approximated)
     assert largest == max(errors.values()) > 0
-    assert np.all(np.abs(y - exact_y) <= np.abs(x) @ np.full((K, N), errors["w"]) + bound)
     assert np.abs(rows - want_e[ids]).max() <= errors["e"]
+    if kind in FLOAT_MIN:
+        entry = report.tensors["W"]
+        assert entry["zero_points"] == "none" and entry["correction"] == "block-sums"
+        (mm,) = [n for n in model.graph if n.op_type == "MatMulNBits"]
+        assert found["MatMulNBits"]["bits"] == 4 and len(mm.inputs) == 3  # no zero points
+        assert found["ReduceSum"]["keepdims"] == 0 and "MatMul" in found and "Add" in found
+        assert np.all(np.abs(y - exact_y) <= bound)  # float rounding, as the exact forms
+    else:
+        assert report.tensors["W"]["zero_points"] == "uint8"
+        assert found["MatMulNBits"]["bits"] == 8
+        assert np.all(np.abs(y - exact_y) <= np.abs(x) @ np.full((K, N), errors["w"]) + bound)
 
 
 def test_row_moves_keep_the_blocks(tmp_path):
@@ -175,6 +188,18 @@ def test_row_moves_keep_the_blocks(tmp_path):
             back = dequantize_rows(read(lo, hi), 64, bits=bits, block_size=32)
             # one float rounding of the zero point: about 2**-24 of the block range
             np.testing.assert_allclose(back, want[lo:hi], rtol=1e-6, atol=1e-6)
+    # --target cpu's exact form of Q4_1: symmetric levels plus block corrections, moved
+    # with the rows (a Gather's table keeps the int8 approximation)
+    scheme = ckpt.kept_scheme("q", target="cpu", gather=False)
+    assert scheme == QuantScheme(bits=4, block_size=32, symmetric=True, block_correction=True)
+    assert ckpt.kept_scheme("q", target="cpu", gather=True).bits == 8
+    read = ckpt.stored_quantized("q", scheme, np.float32)
+    want = ckpt.read("q")
+    for lo, hi in ((0, len(want)), (3, 11)):
+        got = read(lo, hi)
+        assert got.zero_points is None and got.correction.shape == (hi - lo, 2)
+        back = dequantize_rows(got, 64, bits=4, block_size=32)
+        np.testing.assert_allclose(back, want[lo:hi], rtol=1e-6, atol=1e-6)
     assert "transform" in ckpt.kept_scheme("c", target="default", gather=False)
     assert ckpt.stored_quantized("c", QuantScheme(bits=8), np.float32) is None
 

@@ -205,7 +205,7 @@ def build(
         manifest["quantization"] = manifest_entry(options, quant_reports, graphs)
     elif keep is not None:
         manifest["quantization"] = keep.manifest_entry(options, quant_reports, graphs)
-        for line in keep.dequantized(quant_reports):
+        for line in keep.dequantized(quant_reports) + keep.corrected(quant_reports):
             progress.message(line)
 
     from mobius.package import write_package

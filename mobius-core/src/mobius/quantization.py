@@ -175,6 +175,7 @@ def quantize_component(
                 consumers.setdefault(value.name, []).append(_Use(node, kind))
 
     new_entries: dict[str, Any] = {}
+    block_sums: dict[tuple[int, int], ir.Value] = {}
     for name, uses in consumers.items():
         value = graph.initializers[name]
         dtype = NAME_OF_IR.get(value.dtype) if value.dtype is not None else None
@@ -255,7 +256,7 @@ def quantize_component(
         exprs = quantized(rows_expr, scheme)
         _rewrite(
             graph, name, uses, n=n, k=k, scheme=scheme, accuracy_level=accuracy_level,
-            float_type=value.dtype, new_entries=new_entries, exprs=exprs,
+            float_type=value.dtype, new_entries=new_entries, exprs=exprs, block_sums=block_sums,
         )  # fmt: skip
         del entries[name]
         graph.initializers.pop(name)
@@ -268,6 +269,8 @@ def quantize_component(
             report.tensors[name].update(
                 block_size=block_size, zero_points=_zero_point_kind(scheme), source=source
             )
+            if scheme.block_correction:
+                report.tensors[name]["correction"] = CORRECTION
     report.initializers = set(new_entries)
     if report.tensors:
         model.opset_imports.setdefault(MS_DOMAIN, 1)
@@ -277,6 +280,11 @@ def quantize_component(
     for tensor, why in plan.ignored.items():
         out.ignore(tensor, why)
     return out, report
+
+
+CORRECTION = "block-sums"
+"""The manifest's ``correction`` of a tensor kept with ``QuantScheme.block_correction``:
+the MatMulNBits output plus ``ReduceSum(x by blocks) @ C``."""
 
 
 def _zero_point_kind(scheme: QuantScheme) -> str:
@@ -323,9 +331,12 @@ def _rewrite(
     float_type: ir.DataType,
     new_entries: dict[str, Any],
     exprs: QuantizedExprs,
+    block_sums: dict[tuple[int, int], ir.Value] | None = None,
 ) -> None:
     """Replace every use of initializer ``name`` by its quantized op (float zero points:
-    ``[N, n_blocks]`` in the float type, MatMulNBits only)."""
+    ``[N, n_blocks]`` in the float type, MatMulNBits only; a block correction: the
+    MatMulNBits output plus ``ReduceSum(x by blocks) @ C``, the block sums made once
+    per input value and block size, kept in ``block_sums``)."""
     import numpy as np
 
     bits, block_size = scheme.bits, scheme.block_size
@@ -338,7 +349,19 @@ def _rewrite(
     scale_shape = (n, nb, 1) if gathers else (n, nb)
     scales = _new_init(graph, f"{name}.scales", scale_shape, float_type)
     new_entries[scales.name] = exprs.scales.reshape(scale_shape) if gathers else exprs.scales
-    zp = gather_zp = None
+    zp = gather_zp = correction = None
+    if (scheme.float_zero_points or scheme.block_correction) and gathers:
+        raise BuildError(
+            f"cannot give {name!r} float zero points or block corrections: a Gather reads it",
+            where=f"graph {graph.name!r}",
+            fix="this is a bug in the scheme choice; report it",
+        )
+    if scheme.block_correction:
+        assert exprs.correction is not None
+        correction = _new_init(graph, f"{name}.correction", (nb, n), float_type)
+        new_entries[correction.name] = exprs.correction
+        if block_sums is None:
+            block_sums = {}
     if scheme.float_zero_points:
         if gathers:
             raise BuildError(
@@ -402,10 +425,80 @@ def _rewrite(
                 name=f"{old.name or name}.nbits",
             )
             new_nodes = [mm]
+            if correction is not None:
+                assert block_sums is not None
+                sums = _block_sums(graph, old.inputs[0], k, block_size, block_sums)
+                base = old.name or name
+                fix = ir.node("MatMul", [sums, correction], name=f"{base}.correction")
+                add = ir.node("Add", [mm.outputs[0], fix.outputs[0]], name=f"{base}.corrected")
+                for node, tail in ((mm, "levels"), (fix, "correction")):
+                    node.outputs[0].name = f"{old.outputs[0].name}.{tail}"
+                    node.outputs[0].type = old.outputs[0].type
+                new_nodes += [fix, add]
         last = new_nodes[-1].outputs[0]
         out_value = old.outputs[0]
         last.shape, last.type = out_value.shape, out_value.type
         ir.convenience.replace_nodes_and_values(graph, old, [old], new_nodes, [out_value], [last])
+
+
+def _block_sums(
+    graph: ir.Graph,
+    x: ir.Value,
+    k: int,
+    block_size: int,
+    cache: dict[tuple[int, int], ir.Value],
+) -> ir.Value:
+    """``[..., n_blocks]``: the sums of ``x``'s last axis (``k`` values, a multiple of
+    ``block_size``) by blocks of ``block_size``, made once per value and block size, right
+    after ``x``'s producer (or first in the graph for an input)."""
+    import numpy as np
+
+    key = (id(x), block_size)
+    if key in cache:
+        return cache[key]
+    if k % block_size:
+        raise BuildError(
+            f"cannot correct blocks of {block_size}: the row length {k} is not a multiple",
+            where=f"graph {graph.name!r}",
+            fix="this is a bug in the scheme choice; report it",
+        )
+    nb = k // block_size
+    base = f"{x.name or f'input{len(cache)}'}.block_sums{block_size}"
+    nodes: list[ir.Node] = []
+    rank = len(x.shape) if x.shape is not None else None
+    if rank is not None and rank >= 1:
+        dims = np.array([0] * (rank - 1) + [nb, block_size], np.int64)
+        shape = _constant(graph, f"{base}_shape", dims)
+    else:  # unknown rank: Shape(x)[:-1] ++ [nb, block_size]
+        start = _constant(graph, f"{base}_start", np.array([0], np.int64))
+        end = _constant(graph, f"{base}_end", np.array([-1], np.int64))
+        tail = _constant(graph, f"{base}_tail", np.array([nb, block_size], np.int64))
+        nodes.append(ir.node("Shape", [x], name=f"{base}_dims"))
+        nodes.append(ir.node("Slice", [nodes[-1].outputs[0], start, end], name=f"{base}_lead"))
+        nodes.append(ir.node("Concat", [nodes[-1].outputs[0], tail], {"axis": 0}))
+        shape = nodes[-1].outputs[0]
+    nodes.append(ir.node("Reshape", [x, shape], name=f"{base}_blocks"))
+    last_axis = _constant(graph, f"{base}_axis", np.array([-1], np.int64))
+    nodes.append(
+        ir.node("ReduceSum", [nodes[-1].outputs[0], last_axis], {"keepdims": 0}, name=base)
+    )
+    for i, node in enumerate(nodes):
+        node.name = node.name or f"{base}_{i}"
+        node.outputs[0].name = node.name
+    out = nodes[-1].outputs[0]
+    out.name = base
+    out.type = x.type
+    producer = x.producer()
+    if producer is not None and producer.graph is graph:
+        graph.insert_after(producer, nodes)
+    else:
+        first = next(iter(graph), None)
+        if first is None:
+            graph.extend(nodes)
+        else:
+            graph.insert_before(first, nodes)
+    cache[key] = out
+    return out
 
 
 def _rewrite_experts(
@@ -611,6 +704,21 @@ class SourceQuant:
             shown = ", ".join(names[:4]) + (f" … ({len(names)} in all)" if len(names) > 4 else "")
             lines.append(f"kept float: {shown}: {why}")
         return lines
+
+    def corrected(self, reports: Mapping[str, ComponentQuant]) -> list[str]:
+        """One line per GGUF type kept exactly as int4 levels plus block corrections
+        (``--target cpu``'s form of Q4_1 / Q4_K MatMul weights)."""
+        counts: dict[str, int] = {}
+        for report in reports.values():
+            for entry in report.tensors.values():
+                if entry.get("correction"):
+                    kind = self.source_type(entry.get("source")) or "?"
+                    counts[kind] = counts.get(kind, 0) + 1
+        return [
+            f"--target cpu: {n} {kind} tensor(s) kept exactly as int4 blocks plus "
+            "block-sum corrections"
+            for kind, n in sorted(counts.items())
+        ]
 
     def approximations(self) -> dict[str, tuple[float, int]]:
         """GGUF type → (largest |weight error|, tensors) of the ``--target cpu`` forms,

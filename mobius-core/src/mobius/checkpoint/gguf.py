@@ -101,17 +101,29 @@ type → (bits, block size, float zero points). Q8_0 / Q4_0 / Q5_0 / Q6_K hold
 ``q − c + 2**(bits−1)`` (Q5_0 and Q6_K in 8 bits) with the scale ``d`` (``d · sc``,
 exact in float32); Q4_1 / Q4_K hold ``d · q + m`` (Q4_K: ``d·sc · q − dmin·m`` per 32),
 kept as 4-bit levels ``q`` with the scale and the float zero point ``−m / scale``
-(MatMulNBits reads ``(q − zp) · scale``: one float rounding). The levels are read by
-``gguf.quants.dequantize`` itself, of each block with its scales set to 1."""
+(MatMulNBits reads ``(q − zp) · scale``: one float rounding), or, by ``--target cpu``
+(:data:`EXACT_CPU`), as symmetric 4-bit levels ``q`` (MatMulNBits' default zero point 8)
+with the scale ``d`` and a per-block correction ``c = m + 8·d`` added by the graph
+(``QuantScheme.block_correction``). The levels are read by ``gguf.quants.dequantize``
+itself, of each block with its scales set to 1."""
 
 APPROXIMATED = ("Q4_1", "Q5_1", "Q4_K", "Q5_K")
 """GGUF types with a float minimum per block: float zero points are exact but
-onnxruntime's CPU kernel runs them unpacked (65× slower), and takes none in 8 bits; with
-``--target cpu`` they are requantized from gguf's dequantization into 8-bit blocks of
-32 with integer zero points (the fast kernel), the largest weight error printed."""
+onnxruntime's CPU kernel runs them unpacked (65× slower), and takes none in 8 bits.
+With ``--target cpu``, Q4_1 / Q4_K tensors read by MatMul only take the exact
+:data:`EXACT_CPU` form; the others (Q5_1 / Q5_K, and a Q4_1 / Q4_K table a Gather reads:
+an embedding, a tied head) are requantized from gguf's dequantization into
+:data:`CPU_FORM` blocks with integer zero points (the fast kernel), the largest weight
+error printed."""
 
 CPU_FORM = (8, 32)
-"""``--target cpu``'s form of :data:`APPROXIMATED` types: bits, block size."""
+"""``--target cpu``'s approximation of :data:`APPROXIMATED` types: bits, block size."""
+
+EXACT_CPU = ("Q4_1", "Q4_K")
+"""``--target cpu``'s exact form of these types' MatMul weights: ``w = d·(q − 8) + c``
+per block of 32 (``c = m + 8·d``), MatMulNBits int4 with no zero-point input plus
+``ReduceSum(x by blocks of 32) @ C`` (``QuantScheme.block_correction``): 4.5 bits a
+value plus the ``[K/32, N]`` float corrections, and onnxruntime's fast int4 kernel."""
 
 _UNIT_SCALE: dict[str, tuple[tuple[int, bytes], ...]] = {
     "Q8_0": ((0, b"\x00\x3c"),),
@@ -697,6 +709,10 @@ class GGUFCheckpoint(Checkpoint):
         form = STORED_FORMS.get(kind)
         if form is not None and not form[2]:
             return QuantScheme(bits=form[0], block_size=form[1], symmetric=True)
+        if kind in EXACT_CPU and target == "cpu" and not gather and form is not None:
+            return QuantScheme(
+                bits=form[0], block_size=form[1], symmetric=True, block_correction=True
+            )
         if kind in APPROXIMATED and target == "cpu":
             bits, block = CPU_FORM
             return QuantScheme(
@@ -730,20 +746,25 @@ class GGUFCheckpoint(Checkpoint):
         if not isinstance(info, GGUFTensorInfo):
             return None
         form = STORED_FORMS.get(info.ggml_type)
-        wanted = (scheme.bits, scheme.block_size, scheme.float_zero_points)
+        correction = bool(getattr(scheme, "block_correction", False))
+        wanted = (scheme.bits, scheme.block_size, scheme.float_zero_points or correction)
         if (
             form != wanted
-            or scheme.symmetric != (not form[2])
+            or scheme.symmetric != (not form[2] or correction)
+            or (correction and scheme.float_zero_points)
             or not all(t.moves_rows for t in info.transforms)
             or len(info.shape) < 2
             or np.dtype(scale_dtype) not in (np.dtype(np.float32), np.dtype(np.float16))
         ):
             return None
         dtype = np.dtype(scale_dtype)
-        return lambda first, stop: self._stored_rows(info, dtype, first, stop)
+        return lambda first, stop: self._stored_rows(info, dtype, first, stop, correction)
 
-    def _stored_rows(self, info: GGUFTensorInfo, dtype: np.dtype, first: int, stop: int) -> Any:
-        """Rows ``first:stop`` as :data:`STORED_FORMS` blocks: whole groups of rows are read
+    def _stored_rows(
+        self, info: GGUFTensorInfo, dtype: np.dtype, first: int, stop: int, correction: bool
+    ) -> Any:
+        """Rows ``first:stop`` as :data:`STORED_FORMS` blocks (``correction``: symmetric
+        levels plus block corrections, :data:`EXACT_CPU`): whole groups of rows are read
         and decoded, moved by the tensor's transforms, then cut to the range."""
         from mobius.weights.quantize import QuantizedRows
 
@@ -751,7 +772,7 @@ class GGUFCheckpoint(Checkpoint):
         g0, g1 = first // group * group, min(-(-stop // group) * group, info.rows)
         stored = math.prod(info.stored_shape[:-1])
         have = max(0, min(g1, stored) - g0)
-        parts = _decode_blocks(info, self._raw_rows(info, g0, g0 + have), dtype)
+        parts = _decode_blocks(info, self._raw_rows(info, g0, g0 + have), dtype, correction)
         if g1 - g0 > have:  # pad_rows: rows past the stored ones read as zeros
             parts = [
                 np.concatenate([p, np.zeros((g1 - g0 - have, *p.shape[1:]), p.dtype)])
@@ -763,6 +784,10 @@ class GGUFCheckpoint(Checkpoint):
                 for p in parts
             ]
         packed, scales, zero_points = (p[first - g0 : stop - g0] for p in parts)
+        if correction:
+            return QuantizedRows(
+                packed=packed, scales=scales, zero_points=None, correction=zero_points
+            )
         if info.ggml_type in ("Q4_1", "Q4_K"):
             return QuantizedRows(packed=packed, scales=scales, zero_points=zero_points)
         return QuantizedRows(packed=packed, scales=scales, zero_points=None)
@@ -778,9 +803,13 @@ class GGUFCheckpoint(Checkpoint):
         return raw
 
 
-def _decode_blocks(info: GGUFTensorInfo, raw: np.ndarray, dtype: np.dtype) -> list[np.ndarray]:
+def _decode_blocks(
+    info: GGUFTensorInfo, raw: np.ndarray, dtype: np.dtype, correction: bool = False
+) -> list[np.ndarray]:
     """[packed, scales, zero points] of the ``[rows, row bytes]`` blocks ``raw`` of a
-    :data:`STORED_FORMS` tensor (zero points: float, or zeros for a symmetric type)."""
+    :data:`STORED_FORMS` tensor (zero points: float, or zeros for a symmetric type);
+    ``correction`` (a type with a minimum): [packed, scales, corrections], the levels
+    read as symmetric (``d · (q − 8) + c``, ``c = 8·d − min``: one float32 rounding)."""
     import gguf
 
     from mobius.weights.quantize import pack_levels
@@ -814,6 +843,12 @@ def _decode_blocks(info: GGUFTensorInfo, raw: np.ndarray, dtype: np.dtype) -> li
         scale = half(0)
         if kind == "Q4_1":
             minimum = -half(2)
+    if correction:
+        if minimum is None:
+            raise ValueError(f"{kind} has no block minimum to correct")
+        packed = pack_levels(levels, bits).reshape(rows, cols // block, -1)
+        fix = np.float32(1 << (bits - 1)) * scale - minimum
+        return [packed, scale.astype(dtype), fix.astype(dtype)]
     if minimum is None:
         zero = np.zeros(scale.shape, dtype)
     else:  # d·q − min = d · (q − min / d)

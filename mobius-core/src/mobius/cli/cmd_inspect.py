@@ -51,11 +51,14 @@ def describe(package: Any) -> dict[str, Any]:
 
 
 def _form(t: dict[str, Any]) -> str:
-    """``MatMulNBits int4 b32 zp float`` of one quantized tensor's manifest entry."""
+    """``MatMulNBits int4 b32 zp float`` (``MatMulNBits int4 b32 zp none + block-sums
+    correction``) of one quantized tensor's manifest entry."""
     ops = "+".join(t.get("ops", []))
     text = f"{ops} int{t.get('bits')}"
     if "block_size" in t:
         text += f" b{t['block_size']} zp {t.get('zero_points')}"
+    if t.get("correction"):
+        text += f" + {t['correction']} correction"
     return text
 
 

@@ -79,6 +79,9 @@ class QuantizedRows:
     packed: np.ndarray
     scales: np.ndarray
     zero_points: np.ndarray | None
+    correction: np.ndarray | None = None
+    """``[R, n_blocks]`` in the scales' type: the constant each block adds to its
+    symmetric levels' values (``QuantScheme.block_correction``), else None."""
 
 
 def check_scheme(bits: int, block_size: int) -> None:
@@ -294,6 +297,8 @@ def dequantize_rows(q: QuantizedRows, k: int, *, bits: int, block_size: int) -> 
         zero = unpack_zero_points(q.zero_points, nb, bits)
     scales = q.scales.astype(np.float32).reshape(rows, nb)
     out = (levels - zero.astype(np.float32)[..., None]) * scales[..., None]
+    if q.correction is not None:
+        out += q.correction.astype(np.float32).reshape(rows, nb)[..., None]
     return out.reshape(rows, -1)[:, :k]
 
 
@@ -442,11 +447,12 @@ def _stored_blocks(rows: TensorExpr, checkpoint: Any, scheme: Any, scale_dtype: 
 
     def read_rows(r0: int, r1: int) -> QuantizedRows:
         parts = [readers[name](a, b) for name, a, b in _cut(segments, r0, r1)]
-        zps = [p.zero_points for p in parts]
+        zps, fixes = [p.zero_points for p in parts], [p.correction for p in parts]
         return QuantizedRows(
             np.concatenate([p.packed for p in parts]),
             np.concatenate([p.scales for p in parts]),
             None if zps[0] is None else np.concatenate(zps),
+            None if fixes[0] is None else np.concatenate(fixes),
         )
 
     return read_rows
@@ -477,6 +483,12 @@ class QuantScheme:
     """Zero points in the scales' float type, one per block, unpacked (MatMulNBits only;
     onnxruntime's CPU kernel takes them for 2 and 4 bits, unpacked and slow). Only a
     checkpoint's own blocks are stored so (:func:`_stored_blocks`)."""
+    block_correction: bool = False
+    """Symmetric levels (MatMulNBits' default zero point ``2**(bits-1)``) plus one float
+    constant per block: ``w = s · (q − 2**(bits-1)) + c``, exactly a block of
+    ``d · q + m`` (GGUF's Q4_1 / Q4_K, ``c = m + 2**(bits-1) · d``). The graph adds
+    ``ReduceSum(x by blocks) @ C`` (``C``: ``[n_blocks, N]``) to the MatMulNBits output
+    (MatMulNBits only). Only a checkpoint's own blocks are stored so."""
     errors: WeightErrors | None = field(default=None, compare=False, repr=False)
     """Where to record the largest weight error of each quantized block (under
     ``error_key``), when the error is to be reported."""
@@ -519,10 +531,10 @@ class _Job:
             for start in range(r0, r1, step):
                 yield stored(start, min(start + step, r1))
             return
-        if self.scheme.float_zero_points:
+        if self.scheme.float_zero_points or self.scheme.block_correction:
             raise WeightPlanError(
-                "float zero points are only kept from a checkpoint's own blocks, and "
-                "this tensor's blocks are not that scheme",
+                "float zero points and block corrections are only kept from a "
+                "checkpoint's own blocks, and this tensor's blocks are not that scheme",
                 where=repr(self.rows),
             )
         errors = self.scheme.errors
@@ -560,23 +572,31 @@ class _Job:
             while pending:
                 yield done(pending.popleft())
 
-    def side_outputs(self, checkpoint: Checkpoint) -> dict[str, np.ndarray]:
-        """Scales and zero points: kept by a finished packed stream, else computed."""
-        if "scales" not in self.cache:
+    def side_outputs(self, checkpoint: Checkpoint, part: str) -> dict[str, np.ndarray]:
+        """Scales, zero points, corrections: kept by a finished packed stream (or an
+        earlier pass) until written, else computed by a pass over the rows."""
+        if part not in self.cache:
             self._collect(checkpoint, self.row_blocks(checkpoint, 0, self.dims(checkpoint)[0]))
         return self.cache
 
     def _collect(self, checkpoint: Checkpoint, blocks: Iterator[QuantizedRows]) -> None:
-        scales, zps = [], []
+        scales, zps, fixes = [], [], []
         for q in blocks:
             scales.append(q.scales)
             if q.zero_points is not None:
                 zps.append(q.zero_points)
-        self.keep(scales, zps)
+            if q.correction is not None:
+                fixes.append(q.correction)
+        self.keep(scales, zps, fixes)
 
-    def keep(self, scales: list[np.ndarray], zps: list[np.ndarray]) -> None:
-        """Store the side outputs of a full pass until they are written."""
+    def keep(
+        self, scales: list[np.ndarray], zps: list[np.ndarray], fixes: Sequence[np.ndarray] = ()
+    ) -> None:
+        """Store the side outputs of a full pass until they are written (the block
+        corrections as MatMul's ``[n_blocks, N]``)."""
         self.cache["scales"] = np.concatenate(scales)
+        if fixes:
+            self.cache["correction"] = np.ascontiguousarray(np.concatenate(fixes).T)
         if zps:
             packed = np.concatenate(zps)
             self.cache["zero_points"] = packed
@@ -598,6 +618,7 @@ class _QuantPart(TensorExpr):
     def __repr__(self) -> str:
         s = self.job.scheme
         sym = "float-zp" if s.float_zero_points else "sym" if s.symmetric else "asym"
+        sym += "+block-correction" if s.block_correction else ""
         how = "" if s.search else ", rtn"  # the scale choice changes the bytes
         return f"{self.job.rows!r}.quantize(int{s.bits}, {s.block_size}, {sym}{how}).{self.part}"
 
@@ -614,6 +635,8 @@ class _QuantPart(TensorExpr):
             return (rows, nb), dtype
         if self.part == "gather_zero_points":
             return (rows, nb, 1), "uint8"
+        if self.part == "correction":
+            return (nb, rows), dtype
         if s.float_zero_points:
             return (rows, nb), dtype
         return (rows, zero_point_cols(nb, s.bits)), "uint8"
@@ -631,7 +654,7 @@ class _QuantPart(TensorExpr):
                 flat[pos : pos + chunk.size] = chunk
                 pos += chunk.size
             return out
-        return self.job.side_outputs(checkpoint).pop(self.part)
+        return self.job.side_outputs(checkpoint, self.part).pop(self.part)
 
     def evaluate(self, checkpoint: Checkpoint) -> np.ndarray:
         return self._evaluate(checkpoint)
@@ -648,7 +671,7 @@ class _QuantPart(TensorExpr):
             return
         r0, r1 = begin // row_bytes, -(-end // row_bytes)
         whole = begin == 0 and end == math.prod(shape)
-        scales, zps = [], []
+        scales, zps, fixes = [], [], []
         pos = r0 * row_bytes
         for q in self.job.row_blocks(checkpoint, r0, r1):
             flat = q.packed.reshape(-1)
@@ -660,8 +683,10 @@ class _QuantPart(TensorExpr):
                 scales.append(q.scales)
                 if q.zero_points is not None:
                     zps.append(q.zero_points)
+                if q.correction is not None:
+                    fixes.append(q.correction)
         if whole:  # the full stream also produced the side outputs: keep them
-            self.job.keep(scales, zps)
+            self.job.keep(scales, zps, fixes)
 
 
 @dataclass(frozen=True)
@@ -676,6 +701,9 @@ class QuantizedExprs:
     """``[R, ceil(n_blocks * bits / 8)]`` uint8 (MatMulNBits), None when symmetric."""
     gather_zero_points: TensorExpr | None
     """``[R, n_blocks, 1]`` uint8, one per byte (GatherBlockQuantized), None when symmetric."""
+    correction: TensorExpr | None = None
+    """``[n_blocks, R]`` in the source's float type (``QuantScheme.block_correction``:
+    the ``C`` of ``ReduceSum(x by blocks) @ C``), else None."""
 
 
 def quantized(rows: TensorExpr, scheme: QuantScheme) -> QuantizedExprs:
@@ -693,6 +721,7 @@ def quantized(rows: TensorExpr, scheme: QuantScheme) -> QuantizedExprs:
         _QuantPart(job, "scales"),
         _QuantPart(job, "zero_points") if asym else None,
         _QuantPart(job, "gather_zero_points") if asym and not scheme.float_zero_points else None,
+        _QuantPart(job, "correction") if scheme.block_correction else None,
     )
 
 
