@@ -88,9 +88,12 @@ def test_pipeline_keeps_the_choice_and_both_give_the_same_ids(tiny_gqa_package, 
 
     monkeypatch.setattr(ort_sessions, "session_options", spy)
     on = Pipeline.load(tiny_gqa_package, device="cpu", threads=2, spin="on")
+    opened_on, opened[:] = list(opened), []
     off = Pipeline.load(tiny_gqa_package, device="cpu", threads=2, spin="off")
     assert on.spin is True and off.spin is False
-    assert True in opened and False in opened
+    # every session each pipeline opened got that pipeline's choice, and at least one opened
+    assert opened_on and set(opened_on) == {True}
+    assert opened and set(opened) == {False}
     ids = np.arange(3, 40, dtype=np.int64)[None].tolist()
     a = on.generate(input_ids=ids, max_new_tokens=12, stop_ids=())
     b = off.generate(input_ids=ids, max_new_tokens=12, stop_ids=())
