@@ -363,12 +363,6 @@ def _rewrite(
         if block_sums is None:
             block_sums = {}
     if scheme.float_zero_points:
-        if gathers:
-            raise BuildError(
-                f"cannot give {name!r} float zero points: a Gather reads it",
-                where=f"graph {graph.name!r}",
-                fix="this is a bug in the scheme choice; report it",
-            )
         zp = _new_init(graph, f"{name}.zero_points", (n, nb), float_type)
         new_entries[zp.name] = exprs.zero_points
     elif not scheme.symmetric:
