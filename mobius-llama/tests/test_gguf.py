@@ -274,13 +274,19 @@ def test_q4_1_q4_k_cpu_form_is_exact(tmp_path):
             "block-sums",
         )
     graph = onnx.load(str(cpu / "model" / "model.onnx"), load_external_data=False).graph
+    # per layer: x (q/k/v, fused into one), attention output, post-norm x (gate/up, one),
+    # down's input; + head: one MatMulNBits and one correction MatMul (+ Add) each
     nbits = [n for n in graph.node if n.op_type == "MatMulNBits"]
-    assert len(nbits) == 15 and all(len(n.input) == 3 for n in nbits)
+    assert len(nbits) == 2 * 4 + 1 and all(len(n.input) == 3 for n in nbits)
     attrs = [{a.name: onnx.helper.get_attribute_value(a) for a in n.attribute} for n in nbits]
     assert all((a["bits"], a["block_size"], a["accuracy_level"]) == (4, 32, 4) for a in attrs)
-    # per layer: x (q/k/v), attention output, post-norm x (gate/up), down's input; + head
     sums = [n for n in graph.node if n.op_type == "ReduceSum" and "block_sums" in n.name]
     assert len(sums) == 2 * 4 + 1
+    fixes = [n for n in graph.node if n.op_type == "MatMul" and n.input[0] in
+             {s.output[0] for s in sums}]  # fmt: skip
+    assert len(fixes) == 2 * 4 + 1
+    fused = {t: e.get("fused") for t, e in tensors.items() if e.get("fused")}
+    assert len(fused) == 2 * 5 and len(set(fused.values())) == 2 * 2
     ids = np.random.default_rng(31).integers(6, 512, size=(1, 24), dtype=np.int64)
     ref_pipe = lp.load_pipeline(dense)
     ref = lp.step_logits(ref_pipe, ids, 16)
@@ -310,3 +316,23 @@ def test_q4_1_q4_k_cpu_form_is_exact(tmp_path):
         scored = lp.step_logits(ref_pipe, seq, len(prompt))[0, len(prompt) - 1 :]
         picked = scored[np.arange(len(greedy)), greedy]
         assert np.all(picked >= scored.max(-1) - 2 * bound * scale), (greedy, want)
+
+
+@pytest.mark.l2
+def test_python_build_keeps_the_files_blocks_as_the_cli_does(checkpoints, tmp_path):
+    """``mobius.build(FILE.gguf, OUT)`` without ``dtype`` keeps the file's Q8_0 blocks,
+    as ``mobius build`` without ``--dtype`` does (it used to default to f32 and dequantize);
+    ``dtype="f32"`` dequantizes."""
+    import mobius
+    from mobius.package import MANIFEST_NAME
+
+    folder, _ = checkpoints["untied"]
+    path = _llama_gguf(folder, tmp_path / "q8.gguf", "Q8_0")
+    kept, dense = tmp_path / "kept", tmp_path / "dense"
+    mobius.build(str(path), str(kept))
+    mobius.build(str(path), str(dense), dtype="f32")
+    manifest = json.loads((kept / MANIFEST_NAME).read_text())
+    assert manifest["quantization"]["method"] == "kept-from-source"
+    assert {e["source_type"] for e in manifest["quantization"]["components"]["model"]
+            ["tensors"].values()} == {"Q8_0"}  # fmt: skip
+    assert "quantization" not in json.loads((dense / MANIFEST_NAME).read_text())

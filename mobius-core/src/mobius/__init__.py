@@ -24,15 +24,17 @@ def build(
     source: str,
     out: str,
     *,
-    dtype: str = "f32",
+    dtype: str | None = None,
     target: str = "default",
     revision: str | None = None,
     force: bool = False,
     quant: Any = None,
     **kwargs: Any,
 ) -> BuildResult:
-    """Build ``source`` (a folder or Hub id) into a model package at ``out``.
+    """Build ``source`` (a folder, a GGUF file or Hub id) into a model package at ``out``.
 
+    ``dtype`` None: ``f32``, and a GGUF file keeps its own quantization, as ``mobius
+    build`` without ``--dtype`` does; a ``dtype`` given dequantizes it.
     ``quant``: ``"int4"``, ``"int8"`` or a :class:`mobius.records.QuantOptions` for a
     weight-only quantized package (``docs/quantization.md``). See
     :func:`mobius.builder.build` for the other arguments.
