@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from mobius.hookspecs import HOOK_API_VERSION, hookimpl
 
-__version__ = "0.1.8"
+__version__ = "0.1.9.dev0"
 
 __all__ = ["HOOK_API_VERSION", "__version__", "build", "hookimpl"]
 
