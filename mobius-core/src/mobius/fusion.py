@@ -115,7 +115,11 @@ def _member(graph: ir.Graph, node: ir.Node, entries: dict[str, Any]) -> tuple[An
             and _planned(graph, producer.inputs[1], entries)
             and producer.inputs[0] is not None
         ):
-            fix, add, correction, sums = producer, cand, producer.inputs[1], producer.inputs[0]
+            c = producer.inputs[1]
+            base = (blocks.name or "").removesuffix(".quant")
+            # the block-sum correction quantize_component wrote for this weight, nothing else
+            if c.name == f"{base}.correction" and c.shape is not None and len(c.shape) == 2:
+                fix, add, correction, sums = producer, cand, c, producer.inputs[0]
     zp_kind = None if zp is None else zp.dtype
     key = (
         id(a),
@@ -239,7 +243,11 @@ def _fuse(graph: ir.Graph, members: list[_Member], entries: dict[str, Any]) -> s
     split = ir.node("Split", [last, sizes], {"axis": -1}, num_outputs=len(members),
                     name=f"{base}.split")  # fmt: skip
     new_nodes.append(split)
-    graph.insert_before(node, new_nodes)
+    # before the first member output's producer: after every input of the group (the
+    # block sums too), before every consumer of any member
+    order = {id(n): i for i, n in enumerate(graph)}
+    anchor = min((m.add or m.node for m in members), key=lambda n: order[id(n)])
+    graph.insert_before(anchor, new_nodes)
     for member, piece in zip(members, split.outputs):
         old = member.out
         name = old.name
