@@ -2,7 +2,8 @@
 
 For each checkpoint: build a package per --targets (``default``: ONNX Attention,
 concat KV; ``cpu``: GroupQueryAttention with shared, preallocated KV buffers), run
-greedy generation on the same prompt ids and thread count with mobius-runtime, with
+greedy generation on the same prompt ids with mobius-runtime (its own thread choice
+unless ``--threads``), with
 onnxruntime-genai on the *same package* (its genai_config.json; run by
 ``benchmarks/og_decode.py`` in a subprocess of its own venv, ``--og-python``, since it
 brings its own onnxruntime) and with HF transformers, assert identical ids, and print
@@ -10,13 +11,16 @@ prefill latency, decode tokens/s and the ratios. mobius-runtime and onnxruntime-
 take turns (with ``--spin`` naming several modes, each mode's own Pipeline takes its turn
 too), one generation each, ``--rounds`` × ``--runs`` times (onnxruntime-genai stays
 loaded in its subprocess) and the medians are compared, so both see the same load; the load
-average is printed too (the machine is shared and noisy). Checkpoints:
+average is printed too (the machine is shared and noisy). onnxruntime-genai's own default
+is ``hardware_concurrency / 2`` intra-op threads, capped at 16 (its
+``Model::CreateSessionOptionsFromConfig``: it assumes two hardware threads per core), so
+on a 2-core VM without SMT it runs one thread. Checkpoints:
 
   (a) tiny  — testdata/tiny-gemma4 (bundled)
   (b) mid   — a random Gemma 4 text checkpoint (~400 M parameters, PLE and KV
               sharing) made with transformers from a fixed seed into /tmp
 
-Usage: python benchmarks/decode.py [--which tiny mid] [--targets default cpu] [--threads 2]
+Usage: python benchmarks/decode.py [--which tiny mid] [--targets default cpu] [--threads N]
                                   [--spin auto on off (ours: one Pipeline per mode)]
                                   [--og-threads N (default: og's own session options)]
                                   [--new 64] [--runs 3] [--rounds 3] [--og-python PY] [--no-hf]
@@ -153,7 +157,7 @@ def side_by_side(package: Path, ids, args) -> tuple:
     Alternating single generations (not blocks) gives every side the same machine load;
     the medians of each side's generations are compared. Returns
     ``(ours, og)``: ``ours`` maps each spin mode to ``(ids, prefill ms, tok/s, KV note,
-    spin decided)``; ``og`` is ``(ids, prefill ms, tok/s)`` or None.
+    spin decided, threads)``; ``og`` is ``(ids, prefill ms, tok/s)`` or None.
     """
     from mobius_runtime import Pipeline
 
@@ -194,6 +198,7 @@ def side_by_side(package: Path, ids, args) -> tuple:
             statistics.median(m[2] for m in runs),
             shared,
             p.spin,
+            p.threads,
         )
     og_summary = None
     if theirs:
@@ -246,11 +251,24 @@ def load_average() -> str:
     return f"load average {one:.2f} / {five:.2f} (1 / 5 min) on {os.cpu_count()} cores"
 
 
+def threads_note(args: argparse.Namespace) -> str:
+    """How many intra-op threads ours ran (the runtime's own choice unless --threads)."""
+    if args.threads:
+        return f"{args.threads} threads"
+    return "threads as the runtime chose (see each line)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--which", nargs="+", default=["tiny", "mid"], choices=["tiny", "mid"])
     ap.add_argument("--targets", nargs="+", default=["default", "cpu"], choices=["default", "cpu"])
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="ours: intra-op threads (default: the runtime's own choice, decide_threads); "
+        "HF: torch threads (default 2)",
+    )
     ap.add_argument(
         "--og-threads",
         type=int,
@@ -290,16 +308,19 @@ def main() -> None:
             if not args.package and not (args.no_build and (package / "mobius.json").is_file()):
                 build(source, package, target)
             rows.append((target, *side_by_side(package, ids, args)))
-        hf = None if args.no_hf else bench_hf(source, ids, args.new, args.threads, args.runs)
+        hf_threads = args.threads or 2
+        hf = None if args.no_hf else bench_hf(source, ids, args.new, hf_threads, args.runs)
         print(
-            f"{which}: prompt {len(ids)}, {args.new} new tokens, {args.threads} threads, "
+            f"{which}: prompt {len(ids)}, {args.new} new tokens, ours {threads_note(args)}, "
             f"median of {args.rounds * args.runs} alternating generations; {load_average()}"
         )
         for target, ours, og in rows:
-            for mode, (m_ids, m_pre, m_tps, shared, spun) in ours.items():
+            for mode, (m_ids, m_pre, m_tps, shared, spun, n) in ours.items():
+                count = f"{n} threads" if n else "onnxruntime's default threads"
                 line = (
                     f"  mobius-runtime     --target {target:7s} --spin {mode:4s} "
-                    f"({'spins' if spun else 'no spin'}; {shared}): prefill {m_pre:8.2f} ms, "
+                    f"({'spins' if spun else 'no spin'}; {count}; {shared}): "
+                    f"prefill {m_pre:8.2f} ms, "
                     f"decode {m_tps:9.1f} tok/s"
                 )
                 if og is not None:

@@ -125,3 +125,52 @@ def test_cli_spin_flag(tiny_gqa_package):
     assert bad.exit_code == 1
     assert "spin='fast' is not one of auto, on, off" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+# ---------------------------------------------------------------- the intra-op thread count
+
+
+@pytest.mark.parametrize(
+    ("threads", "device", "size", "want"),
+    [
+        (2, "cpu", 1_000, 2),  # a count the caller gave is kept
+        (3, "cpu", 10**9, 3),
+        (None, "cpu", 2 * 2**20, 1),  # a small package: one thread
+        (None, "cpu", ort_sessions.SMALL_MODEL_BYTES, None),  # at the limit: the default
+        (None, "cpu", 10**9, None),
+        (None, "cuda", 1_000, None),  # the GPU does the work
+    ],
+)
+def test_decide_threads(threads, device, size, want):
+    got, why = ort_sessions.decide_threads(threads, device, size)
+    assert got == want
+    assert why
+
+
+def test_package_bytes_counts_each_component_folder(tmp_path):
+    for name, size in (("a", 100), ("b", 2500)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.onnx").write_bytes(b"x" * size)
+        (tmp_path / name / "model.onnx.data").write_bytes(b"y" * 7)
+    paths = [tmp_path / "a" / "model.onnx", tmp_path / "b" / "model.onnx"]
+    assert ort_sessions.package_bytes(paths) == 100 + 2500 + 14
+
+
+def test_pipeline_opens_a_tiny_package_on_one_thread(tiny_gqa_package, monkeypatch):
+    counts = []
+    real = ort_sessions.session_options
+
+    def spy(threads, spin=False):
+        counts.append(threads)
+        return real(threads, spin)
+
+    monkeypatch.setattr(ort_sessions, "session_options", spy)
+    chosen = Pipeline.load(tiny_gqa_package, device="cpu")
+    assert chosen.threads == 1 and counts and set(counts) == {1}
+    counts.clear()
+    given = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
+    assert given.threads == 2 and counts and set(counts) == {2}
+    ids = np.arange(3, 40, dtype=np.int64)[None].tolist()
+    a = chosen.generate(input_ids=ids, max_new_tokens=12, stop_ids=())
+    b = given.generate(input_ids=ids, max_new_tokens=12, stop_ids=())
+    assert a.ids == b.ids

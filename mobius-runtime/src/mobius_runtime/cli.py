@@ -54,7 +54,11 @@ RepetitionPenalty = Annotated[
     ),
 ]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")]
-Threads = Annotated[int | None, typer.Option("--threads", help="onnxruntime intra-op threads.")]
+THREADS_HELP = (
+    "onnxruntime intra-op threads (default: one for a package under 4 MiB, else one per "
+    "physical core; mobius_runtime.ort_sessions.decide_threads)."
+)
+Threads = Annotated[int | None, typer.Option("--threads", help=THREADS_HELP)]
 SPIN_HELP = (
     "auto, on or off: whether onnxruntime's worker threads spin between the nodes of a step "
     "(faster when the cores are free, slower when other jobs share them). auto: spin when "

@@ -115,7 +115,10 @@ class Pipeline:
         ``docs/internals.md``); one session per component is opened now, except
         presence-gated ones (vision, audio), opened on first use. ``host`` is a
         :class:`mobius.plugins.PluginHost` for the family's processors
-        (default: the installed plugins). ``kv_share=False`` forces the concat
+        (default: the installed plugins). ``threads``: onnxruntime's intra-op threads
+        (unset: :func:`mobius_runtime.ort_sessions.decide_threads` chooses, one for a
+        package under 4 MiB, else onnxruntime's default; kept as ``pipeline.threads``).
+        ``kv_share=False`` forces the concat
         KV path even where the graph allows shared buffers (for comparisons).
         ``spin``: ``auto`` (default), ``on`` or ``off``: whether onnxruntime's intra-op
         workers spin between the nodes of a run
@@ -134,7 +137,12 @@ class Pipeline:
         """
         from mobius.package.checks import check_package, raise_for
         from mobius_runtime.device import resolve_device
-        from mobius_runtime.ort_sessions import check_threads, decide_spin
+        from mobius_runtime.ort_sessions import (
+            check_threads,
+            decide_spin,
+            decide_threads,
+            package_bytes,
+        )
 
         check_threads(threads)
         # The one package check `mobius verify` runs, before anything is allocated (even
@@ -142,13 +150,16 @@ class Pipeline:
         # unchanged files.
         package = raise_for(check_package(Path(path), trust_stamp=True), path)
         resolved = resolve_device(device)
+        paths = {name: Path(p) for name, p in package.components.items()}
+        threads, count = decide_threads(threads, resolved, package_bytes(paths.values()))
+        log.info("%s: onnxruntime intra-op threads: %s", path, count)
         spins, why = decide_spin(spin, threads, resolved)
         log.info("%s: onnxruntime workers %s (%s)", path, "spin" if spins else "do not spin", why)
         pipeline = cls(
             Path(package.root),
             package.manifest,
             package.contract,
-            {name: Path(p) for name, p in package.components.items()},
+            paths,
             resolved,
             threads,
             host,

@@ -21,7 +21,7 @@ import typer
 
 from mobius.cli._common import is_debug
 from mobius.errors import MobiusError
-from mobius_runtime.cli import SPIN_HELP
+from mobius_runtime.cli import SPIN_HELP, Threads
 from mobius_runtime.limits import PREFILL_CHUNK
 
 GRACE_S = 3
@@ -92,7 +92,7 @@ def serve(
         ),
     ] = PREFILL_CHUNK,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
-    threads: Annotated[int | None, typer.Option("--threads", help="onnxruntime threads.")] = None,
+    threads: Threads = None,
     spin: Annotated[str, typer.Option("--spin", help=SPIN_HELP)] = "auto",
     allow_remote_media: Annotated[
         bool,
