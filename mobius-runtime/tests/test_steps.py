@@ -150,3 +150,28 @@ def test_a_batched_decode_step_keeps_its_kv_buffers_bound(tiny_gqa_package, monk
         assert sorted(binds) == [
             "device:logits", "in:attention_mask", "in:input_ids", "in:position_ids"
         ]  # fmt: skip
+
+
+def test_a_one_row_cohort_remembers_its_exact_buffers(tiny_attention_package):
+    """``Batcher._unpadded`` trusts the values dict its own one-row step made (no shape
+    reads per token) and reads the shapes again for any other dict, or once trimmed."""
+    from mobius_runtime.batching import Batcher
+    from mobius_runtime.feeds import to_ortvalue
+
+    p = Pipeline.load(tiny_attention_package, device="cpu", threads=2)
+    batcher = Batcher(p)
+    logits, cohort = batcher.prefill_many([PROMPT], [len(PROMPT) + 8])
+    batcher.decode(cohort, [int(np.asarray(logits).argmax(-1)[0])])
+    assert cohort.exact is cohort.values and batcher._unpadded(cohort)
+    padded = {}
+    for key, value in cohort.values.items():
+        array = to_numpy(value)
+        wide = np.concatenate([np.zeros_like(array[:, :, :1]), array], axis=2)
+        padded[key] = to_ortvalue(np.ascontiguousarray(wide), value.data_type())
+    cohort.values = padded  # not a dict the step made: its shapes are read
+    assert not batcher._unpadded(cohort)
+    cohort.values = cohort.exact
+    cohort.pasts = [cohort.pasts[0] - 1]  # as if a position were no longer used
+    batcher._trim(cohort)  # cuts the buffers in place: the mark is cleared
+    assert cohort.exact is None
+    assert batcher._unpadded(cohort)  # read from the shapes: trimmed to exactly the past

@@ -87,6 +87,9 @@ class Cohort:
     # fresh ones
     steps: Any = field(default=None, repr=False, compare=False)
     step_ids: Any = field(default=None, repr=False, compare=False)
+    # the ``values`` dict a one-row step made: its concat buffers hold exactly the past
+    # (Batcher._unpadded need not read their shapes again while it is still the values)
+    exact: Any = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -304,7 +307,7 @@ class Batcher:
             values = cohort.steps.step(
                 {"input_ids": cohort.step_ids}, cohort.values, cohort.pasts[0]
             )
-            cohort.values = self.executor.next_state(values)
+            cohort.values = cohort.exact = self.executor.next_state(values)
             cohort.pasts = [cohort.pasts[0] + 1]
             return last_position(values[self.plan.logits])
         ids = np.asarray(tokens, dtype=np.int64).reshape(rows, 1)
@@ -375,6 +378,8 @@ class Batcher:
     def _unpadded(self, cohort: Cohort) -> bool:
         """True when a one-row cohort's concat buffers hold exactly its past (no padding):
         then its step takes the runtime's own mask and positions, as a request alone."""
+        if cohort.exact is not None and cohort.exact is cohort.values:
+            return True
         return all(
             int(v.shape()[SEQ_AXIS]) == cohort.pasts[0]
             for k, v in cohort.values.items()
@@ -398,6 +403,7 @@ class Batcher:
         if needed >= length:
             return cohort
         cut = slice(length - needed, length) if self.side == LEFT else slice(0, needed)
+        cohort.exact = None  # its values change in place: _unpadded reads them again
         for key, value in list(cohort.values.items()):
             if key in self._shared:
                 continue

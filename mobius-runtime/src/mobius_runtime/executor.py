@@ -279,11 +279,21 @@ class Steps:
             if ready is None or ready.part is not part:
                 ready = self._prepared[part.comp] = self._prepare(part)
             binding = ready.binding
+            bound_in, bound_out = binding.bound_inputs, binding.bound_outputs
+            rooms = self._rooms
             buffers: dict[str, Any] = {}
+            # the common decode step binds nothing new but the mask: what is the very
+            # value bound last step (a shared buffer, the ids written in place) is
+            # skipped here without a call
             for name, key, ort_type, rank, how, pair in ready.inputs:
                 if pair:
-                    value = self._buffer(key, ort_type, how, state, batch)
-                    self._check_room(key, value, needed)
+                    if how[0] == "state":
+                        value = state[how[1]]  # type: ignore[index]
+                    else:
+                        value = self._buffer(key, ort_type, how, state, batch)
+                    room = rooms.get(key)
+                    if room is None or room[0] is not value or needed > room[1]:
+                        self._check_room(key, value, needed)
                     buffers[name] = value
                 elif how[0] == "state":
                     value = state[how[1]]  # type: ignore[index]
@@ -292,11 +302,12 @@ class Steps:
                         key, ort_type, rank, how, caller, state, values, batch, seq, past_len,
                         generated,
                     )  # fmt: skip
-                binding.input(name, value)
+                if bound_in.get(name) is not value:
+                    binding.input(name, value)
             for name, past, device in ready.outputs:  # graph order, the order run returns
                 if past is None:
                     binding.output_on(name, device)
-                else:
+                elif bound_out.get(name) is not buffers[past]:
                     binding.output(name, buffers[past])
             for (key, past), value in zip(ready.keys, binding.run(ready.skip)):
                 # a shared present *is* its past buffer: keep that very OrtValue
@@ -390,11 +401,12 @@ class Steps:
         known = self._arrays.get(key)
         if known is not None and known[0] is value:
             return known[1]
-        if hasattr(value, "data_type") and value.data_type() == ort_type:
+        is_array = isinstance(value, np.ndarray)
+        if not is_array and hasattr(value, "data_type") and value.data_type() == ort_type:
             return value
         if (
-            self.executor.device == "cpu"
-            and isinstance(value, np.ndarray)
+            is_array
+            and self.executor.device == "cpu"
             and value.size
             and ort_type != "tensor(bfloat16)"
             and value.dtype == ORT_TO_NUMPY.get(ort_type)
@@ -457,7 +469,10 @@ def _batch_and_seq(caller: Mapping[str, Any]) -> tuple[int, int]:
         ids = caller.get("inputs_embeds")
     if ids is None:
         return 1, 0
-    shape = tuple(ids.shape()) if hasattr(ids, "data_type") else np.shape(ids)
+    if isinstance(ids, np.ndarray):
+        shape: tuple[int, ...] = ids.shape
+    else:
+        shape = tuple(ids.shape()) if hasattr(ids, "data_type") else np.shape(ids)
     if len(shape) < 2:
         raise RequestError(
             f"input_ids must be [batch, sequence], got shape {list(shape)}",

@@ -56,6 +56,17 @@ class StepBinding:
         self._inputs: dict[str, Any] = {}  # name -> the OrtValue bound under it now
         self._outputs: dict[str, Any] = {}
 
+    @property
+    def bound_inputs(self) -> dict[str, Any]:
+        """Input name -> the OrtValue bound under it now (read-only use: a caller may skip
+        :meth:`input` for a value that is bound there already)."""
+        return self._inputs
+
+    @property
+    def bound_outputs(self) -> dict[str, Any]:
+        """Output name -> the OrtValue it is written into now (as :attr:`bound_inputs`)."""
+        return self._outputs
+
     def input(self, name: str, value: Any) -> None:
         """Bind ``value`` as input ``name`` (nothing to do when it is bound there already)."""
         if self._inputs.get(name) is value:
