@@ -175,3 +175,46 @@ def test_a_one_row_cohort_remembers_its_exact_buffers(tiny_attention_package):
     batcher._trim(cohort)  # cuts the buffers in place: the mark is cleared
     assert cohort.exact is None
     assert batcher._unpadded(cohort)  # read from the shapes: trimmed to exactly the past
+
+
+def test_a_step_with_other_buffers_binds_them_again(tiny_gqa_package, monkeypatch):
+    """The steady path (no per-port visit) holds only while the shared buffers are the very
+    state values of the step before: handed copies, a step binds each of them again and
+    its logits are those of a fresh binding."""
+    from mobius_runtime.feeds import to_ortvalue
+
+    log: list[list[str]] = [[]]
+    real_init = iobind.StepBinding.__init__
+
+    def init(self, session):
+        real_init(self, session)
+        if not self._fast:
+            pytest.skip("this onnxruntime has no C-level IO binding")
+        self._c = _Counting(self._c, log)
+
+    monkeypatch.setattr(iobind.StepBinding, "__init__", init)
+    p = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
+    ex = p.executor
+    capacity = len(PROMPT) + 8
+    steps = ex.steps(capacity)
+    values = steps.step({"input_ids": np.array([PROMPT])}, None, 0)
+    past, ids = len(PROMPT), np.zeros((1, 1), dtype=np.int64)
+    for _ in range(3):  # the first decode step sets the steady state, the next use it
+        ids[0, 0] = int(np.argmax(to_numpy(values[p.plan.logits])[0, -1]))
+        values = steps.step({"input_ids": ids}, ex.next_state(values), past)
+        past += 1
+    assert log[-2] == ["in:attention_mask", "device:logits"]
+    state = {
+        k: to_ortvalue(np.ascontiguousarray(to_numpy(v)), v.data_type())
+        for k, v in ex.next_state(values).items()
+    }
+    fresh_state = {
+        k: to_ortvalue(np.ascontiguousarray(to_numpy(v)), v.data_type()) for k, v in state.items()
+    }
+    ids[0, 0] = int(np.argmax(to_numpy(values[p.plan.logits])[0, -1]))
+    got = steps.step({"input_ids": ids}, state, past)
+    rebound = log[-2]
+    assert sum(n.startswith("in:past_key_values") for n in rebound) == 8
+    assert sum(n.startswith("out:present") for n in rebound) == 8
+    want = ex.step({"input_ids": ids.copy()}, fresh_state, past, capacity)
+    np.testing.assert_array_equal(to_numpy(got[p.plan.logits]), to_numpy(want[p.plan.logits]))
