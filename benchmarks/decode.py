@@ -316,7 +316,7 @@ def main() -> None:
         )
         for target, ours, og in rows:
             for mode, (m_ids, m_pre, m_tps, shared, spun, n) in ours.items():
-                count = f"{n} threads" if n else "onnxruntime's default threads"
+                count = f"{n} thread{'s' * (n != 1)}" if n else "onnxruntime's default threads"
                 line = (
                     f"  mobius-runtime     --target {target:7s} --spin {mode:4s} "
                     f"({'spins' if spun else 'no spin'}; {count}; {shared}): "
