@@ -78,18 +78,25 @@ def test_session_options_spin_inside_a_run_and_stop_after(spin):
     assert options.intra_op_num_threads == 2
 
 
-def test_pipeline_keeps_the_choice_and_both_give_the_same_ids(tiny_gqa_package, monkeypatch):
-    opened = []
+def _spy_options(monkeypatch) -> list[tuple[int | None, bool]]:
+    """(threads, spin) of every session's options made from now on."""
+    calls: list[tuple[int | None, bool]] = []
     real = ort_sessions.session_options
 
     def spy(threads, spin=False):
-        opened.append(spin)
+        calls.append((threads, spin))
         return real(threads, spin)
 
     monkeypatch.setattr(ort_sessions, "session_options", spy)
+    return calls
+
+
+def test_pipeline_keeps_the_choice_and_both_give_the_same_ids(tiny_gqa_package, monkeypatch):
+    calls = _spy_options(monkeypatch)
     on = Pipeline.load(tiny_gqa_package, device="cpu", threads=2, spin="on")
-    opened_on, opened[:] = list(opened), []
+    opened_on, calls[:] = [spin for _, spin in calls], []
     off = Pipeline.load(tiny_gqa_package, device="cpu", threads=2, spin="off")
+    opened = [spin for _, spin in calls]
     assert on.spin is True and off.spin is False
     # every session each pipeline opened got that pipeline's choice, and at least one opened
     assert opened_on and set(opened_on) == {True}
@@ -157,19 +164,12 @@ def test_package_bytes_counts_each_component_folder(tmp_path):
 
 
 def test_pipeline_opens_a_tiny_package_on_one_thread(tiny_gqa_package, monkeypatch):
-    counts = []
-    real = ort_sessions.session_options
-
-    def spy(threads, spin=False):
-        counts.append(threads)
-        return real(threads, spin)
-
-    monkeypatch.setattr(ort_sessions, "session_options", spy)
+    calls = _spy_options(monkeypatch)
     chosen = Pipeline.load(tiny_gqa_package, device="cpu")
-    assert chosen.threads == 1 and counts and set(counts) == {1}
-    counts.clear()
+    assert chosen.threads == 1 and calls and {t for t, _ in calls} == {1}
+    calls.clear()
     given = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
-    assert given.threads == 2 and counts and set(counts) == {2}
+    assert given.threads == 2 and calls and {t for t, _ in calls} == {2}
     ids = np.arange(3, 40, dtype=np.int64)[None].tolist()
     a = chosen.generate(input_ids=ids, max_new_tokens=12, stop_ids=())
     b = given.generate(input_ids=ids, max_new_tokens=12, stop_ids=())

@@ -80,7 +80,9 @@ class _Counting:
         return getattr(self._inner, name)
 
 
-def test_a_decode_step_binds_only_the_growing_mask(tiny_gqa_package, monkeypatch):
+def _count_binds(monkeypatch) -> list[list[str]]:
+    """From now on every StepBinding counts its binds: one list of names per step (a run's
+    ``get_outputs`` starts the next list); skips where there is no C-level binding."""
     log: list[list[str]] = [[]]
     real_init = iobind.StepBinding.__init__
 
@@ -91,6 +93,11 @@ def test_a_decode_step_binds_only_the_growing_mask(tiny_gqa_package, monkeypatch
         self._c = _Counting(self._c, log)
 
     monkeypatch.setattr(iobind.StepBinding, "__init__", init)
+    return log
+
+
+def test_a_decode_step_binds_only_the_growing_mask(tiny_gqa_package, monkeypatch):
+    log = _count_binds(monkeypatch)
     p = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
     assert p.kv_sharing == {"model": True}
     result = p.generate(input_ids=[PROMPT], max_new_tokens=6, stop_ids=())
@@ -113,15 +120,6 @@ def test_a_batched_decode_step_keeps_its_kv_buffers_bound(tiny_gqa_package, monk
     allocated, never the shared KV buffers; its logits equal fresh bindings' bit for bit."""
     from mobius_runtime.batching import Batcher
 
-    log: list[list[str]] = [[]]
-    real_init = iobind.StepBinding.__init__
-
-    def init(self, session):
-        real_init(self, session)
-        if not self._fast:
-            pytest.skip("this onnxruntime has no C-level IO binding")
-        self._c = _Counting(self._c, log)
-
     p = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
     batcher = Batcher(p)
     prompts = [PROMPT, PROMPT[:15], PROMPT[:9]]
@@ -138,7 +136,7 @@ def test_a_batched_decode_step_keeps_its_kv_buffers_bound(tiny_gqa_package, monk
         return rows
 
     fresh = run(kept=False)
-    monkeypatch.setattr(iobind.StepBinding, "__init__", init)
+    log = _count_binds(monkeypatch)
     kept = run(kept=True)
     for a, b in zip(kept, fresh, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -183,16 +181,7 @@ def test_a_step_with_other_buffers_binds_them_again(tiny_gqa_package, monkeypatc
     its logits are those of a fresh binding."""
     from mobius_runtime.feeds import to_ortvalue
 
-    log: list[list[str]] = [[]]
-    real_init = iobind.StepBinding.__init__
-
-    def init(self, session):
-        real_init(self, session)
-        if not self._fast:
-            pytest.skip("this onnxruntime has no C-level IO binding")
-        self._c = _Counting(self._c, log)
-
-    monkeypatch.setattr(iobind.StepBinding, "__init__", init)
+    log = _count_binds(monkeypatch)
     p = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
     ex = p.executor
     capacity = len(PROMPT) + 8
