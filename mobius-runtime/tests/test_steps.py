@@ -207,3 +207,27 @@ def test_a_step_with_other_buffers_binds_them_again(tiny_gqa_package, monkeypatc
     assert sum(n.startswith("out:present") for n in rebound) == 8
     want = ex.step({"input_ids": ids.copy()}, fresh_state, past, capacity)
     np.testing.assert_array_equal(to_numpy(got[p.plan.logits]), to_numpy(want[p.plan.logits]))
+
+
+@pytest.mark.parametrize(
+    ("build", "kept"), [("tiny_gqa_package", True), ("tiny_attention_package", False)]
+)
+def test_a_shared_cohort_keeps_its_state_mapping(build, kept, request):
+    """From the second one-token step on, a request on shared KV buffers hands the step the
+    very mapping it handed the last one (``Steps.state_kept``: its next state is those
+    buffers); a concat request gets a new state every step. Both give the ids of steps on
+    fresh bindings."""
+    from mobius_runtime.batching import Batcher
+
+    p = Pipeline.load(request.getfixturevalue(build), device="cpu", threads=2)
+    batcher = Batcher(p)
+    logits, cohort = batcher.prefill_many([PROMPT], [len(PROMPT) + 8])
+    seen, ids = [], []
+    for _ in range(5):
+        ids.append(int(np.asarray(logits).argmax(-1)[0]))
+        logits = batcher.decode(cohort, [ids[-1]])
+        seen.append(cohort.values)
+    assert cohort.steps.state_kept is kept
+    assert (seen[1] is seen[-1]) is kept
+    fresh_ids, _ = _logits(p, kept=False, new=5)
+    assert ids == fresh_ids

@@ -307,7 +307,8 @@ class Batcher:
             values = cohort.steps.step(
                 {"input_ids": cohort.step_ids}, cohort.values, cohort.pasts[0]
             )
-            cohort.values = cohort.exact = self.executor.next_state(values)
+            if not cohort.steps.state_kept:  # else the same buffers: keep the same mapping
+                cohort.values = cohort.exact = self.executor.next_state(values)
             cohort.pasts = [cohort.pasts[0] + 1]
             return last_position(values[self.plan.logits])
         ids = np.asarray(tokens, dtype=np.int64).reshape(rows, 1)

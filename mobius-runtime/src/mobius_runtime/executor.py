@@ -237,6 +237,7 @@ class _Prepared:
     held: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
     fresh: tuple[tuple[str, str], ...] = ()
     fresh_keys: tuple[tuple[int, str], ...] = ()
+    closed: bool = False  # its whole next state is its shared buffers (Steps.state_kept)
 
 
 class Steps:
@@ -265,6 +266,11 @@ class Steps:
         # comp -> (its prepared part, the state values bound as its shared buffers, those
         # buffers by input name, the step values they give, the fewest positions of them)
         self._steady: dict[str, tuple[Any, tuple[Any, ...], dict, dict, int]] = {}
+        self._last_layout: tuple[Any, Any, int, list[_Layout]] | None = None
+        self.state_kept = False
+        """True after a step whose next state is the very state it was given (every part
+        took the steady path and all its state lives in shared buffers): a caller may keep
+        passing that same mapping instead of :meth:`Executor.next_state` of the values."""
         self._ones = np.ones(0, dtype=np.int64)
         self._ramp = np.arange(0, dtype=np.int64)
         self._position = np.zeros((1, 1), dtype=np.int64)  # a one-token step's, written in place
@@ -289,7 +295,8 @@ class Steps:
         batch, seq = _batch_and_seq(caller)
         needed = past_len + seq
         values: dict[str, Any] = {}
-        for part in self.executor.layout(caller, state):
+        kept = state is not None
+        for part in self._layout(caller, state):
             ready = self._prepared.get(part.comp)
             if ready is None or ready.part is not part:
                 ready = self._prepared[part.comp] = self._prepare(part)
@@ -319,7 +326,9 @@ class Steps:
                 values.update(steady[3])
                 for i, key in ready.fresh_keys:
                     values[key] = outputs[i]
+                kept = kept and ready.closed
                 continue
+            kept = False
             rooms = self._rooms
             buffers: dict[str, Any] = {}
             # the common decode step binds nothing new but the mask: what is the very
@@ -360,7 +369,25 @@ class Steps:
                     {key: buffers[past] for key, past in ready.keys if past is not None},
                     min(rooms[key][1] for _, key, *_ in ready.pairs),
                 )
+        self.state_kept = kept
         return values
+
+    def _layout(self, caller: Mapping[str, Any], state: Mapping[str, Any] | None) -> list[_Layout]:
+        """:meth:`Executor.layout`, the last one reused when this step passes the very state
+        mapping of the last step (as many keys) and the same caller input names."""
+        last = self._last_layout
+        if (
+            last is not None
+            and state is not None
+            and last[1] is state
+            and last[2] == len(state)
+            and caller.keys() == last[0]
+        ):
+            return last[3]
+        layout = self.executor.layout(caller, state)
+        if state is not None:
+            self._last_layout = (frozenset(caller), state, len(state), layout)
+        return layout
 
     def _prepare(self, part: _Layout) -> _Prepared:
         """``part``'s binding and its inputs and outputs sorted by what a step does with
@@ -382,6 +409,18 @@ class Steps:
             state_keys = [spec[4][1] for spec in shared]
             pick = operator.itemgetter(*state_keys)
             held = pick if len(state_keys) > 1 else (lambda state, pick=pick: (pick(state),))
+        # the part's next state is its shared buffers alone: nothing of the state comes from
+        # elsewhere and every state edge it feeds is a shared output
+        produced = {
+            producer
+            for producer in executor.plan.states.values()
+            if producer.split(".", 1)[0] == part.comp
+        }
+        closed = (
+            held is not None
+            and not any(spec[4][0] == "state" for spec in inputs if not spec[5])
+            and produced <= {key for key, past in keys if past is not None}
+        )
         return _Prepared(
             part,
             binding,
@@ -394,6 +433,7 @@ class Steps:
             held=held,
             fresh=tuple((name, device) for name, past, device in outputs if past is None),
             fresh_keys=tuple((i, key) for i, (key, past) in enumerate(keys) if past is None),
+            closed=closed,
         )
 
     def _check_room(self, key: str, buffer: Any, needed: int) -> None:
