@@ -105,8 +105,8 @@ class StepBinding:
         self._sess.run_with_iobinding(self._c, None)
         outputs = self._c.get_outputs()
         wrap = _ortvalue_class()
-        if not skip:
-            return [wrap(value) for value in outputs]
+        if not skip:  # indexed: iterating the C-level output vector costs ~5 us a value
+            return [wrap(outputs[i]) for i in range(len(outputs))]
         # only the outputs the caller has no OrtValue for are wrapped (Gemma 3 270M with
         # shared KV: 1 of 37, the loop over all of them was ~20 us a token)
         kept = self._kept.get(skip)
