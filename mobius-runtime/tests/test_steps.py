@@ -231,3 +231,39 @@ def test_a_shared_cohort_keeps_its_state_mapping(build, kept, request):
     assert (seen[1] is seen[-1]) is kept
     fresh_ids, _ = _logits(p, kept=False, new=5)
     assert ids == fresh_ids
+
+
+def test_a_failed_step_leaves_no_stale_binding(tiny_gqa_package, monkeypatch):
+    """A step that fails after binding other buffers (here: onnxruntime's run raises)
+    must not let the next step trust the bindings: stepping on with the request's own
+    state gives the logits of a fresh binding (and the present buffers it writes are the
+    request's own, not the failed step's)."""
+    from mobius_runtime.feeds import to_ortvalue
+
+    p = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
+    ex = p.executor
+    capacity = len(PROMPT) + 8
+    steps = ex.steps(capacity)
+    values = steps.step({"input_ids": np.array([PROMPT])}, None, 0)
+    past, ids = len(PROMPT), np.zeros((1, 1), dtype=np.int64)
+    for _ in range(2):  # the second decode step runs on the steady path
+        ids[0, 0] = int(np.argmax(to_numpy(values[p.plan.logits])[0, -1]))
+        values = steps.step({"input_ids": ids}, ex.next_state(values), past)
+        past += 1
+    state = ex.next_state(values)
+    copies = {
+        k: to_ortvalue(np.ascontiguousarray(to_numpy(v)), v.data_type()) for k, v in state.items()
+    }
+    other = {k: to_ortvalue(np.zeros_like(to_numpy(v)), v.data_type()) for k, v in state.items()}
+    ids[0, 0] = int(np.argmax(to_numpy(values[p.plan.logits])[0, -1]))
+
+    def fail(self, skip=()):
+        raise RuntimeError("onnxruntime failed")
+
+    with monkeypatch.context() as m:
+        m.setattr(iobind.StepBinding, "run", fail)
+        with pytest.raises(RuntimeError, match="onnxruntime failed"):
+            steps.step({"input_ids": ids}, other, past)  # binds other's buffers, then fails
+    got = steps.step({"input_ids": ids}, state, past)
+    want = ex.step({"input_ids": ids.copy()}, copies, past, capacity)
+    np.testing.assert_array_equal(to_numpy(got[p.plan.logits]), to_numpy(want[p.plan.logits]))

@@ -266,7 +266,7 @@ class Steps:
         # comp -> (its prepared part, the state values bound as its shared buffers, those
         # buffers by input name, the step values they give, the fewest positions of them)
         self._steady: dict[str, tuple[Any, tuple[Any, ...], dict, dict, int]] = {}
-        self._last_layout: tuple[Any, Any, int, list[_Layout]] | None = None
+        self._last_layout: tuple[frozenset, Any, frozenset, list[_Layout]] | None = None
         self.state_kept = False
         """True after a step whose next state is the very state it was given (every part
         took the steady path and all its state lives in shared buffers): a caller may keep
@@ -329,6 +329,9 @@ class Steps:
                 kept = kept and ready.closed
                 continue
             kept = False
+            # a step that fails half way may leave other buffers bound: no steady path
+            # until a whole general step has run again
+            self._steady.pop(part.comp, None)
             rooms = self._rooms
             buffers: dict[str, Any] = {}
             # the common decode step binds nothing new but the mask: what is the very
@@ -374,19 +377,19 @@ class Steps:
 
     def _layout(self, caller: Mapping[str, Any], state: Mapping[str, Any] | None) -> list[_Layout]:
         """:meth:`Executor.layout`, the last one reused when this step passes the very state
-        mapping of the last step (as many keys) and the same caller input names."""
+        mapping of the last step, with the same keys, and the same caller input names."""
         last = self._last_layout
         if (
             last is not None
             and state is not None
             and last[1] is state
-            and last[2] == len(state)
             and caller.keys() == last[0]
+            and state.keys() == last[2]
         ):
             return last[3]
         layout = self.executor.layout(caller, state)
         if state is not None:
-            self._last_layout = (frozenset(caller), state, len(state), layout)
+            self._last_layout = (frozenset(caller), state, frozenset(state), layout)
         return layout
 
     def _prepare(self, part: _Layout) -> _Prepared:
