@@ -175,31 +175,43 @@ def test_a_one_row_cohort_remembers_its_exact_buffers(tiny_attention_package):
     assert batcher._unpadded(cohort)  # read from the shapes: trimmed to exactly the past
 
 
+def _decoded(package, decode_steps: int):
+    """PROMPT prefilled on one Steps with room for 8 more ids, then ``decode_steps`` greedy
+    one-token steps: (pipeline, steps, the last step's values, positions fed, the [1, 1]
+    ids array the steps read, holding the last id fed)."""
+    p = Pipeline.load(package, device="cpu", threads=2)
+    ex = p.executor
+    steps = ex.steps(len(PROMPT) + 8)
+    values = steps.step({"input_ids": np.array([PROMPT])}, None, 0)
+    past, ids = len(PROMPT), np.zeros((1, 1), dtype=np.int64)
+    for _ in range(decode_steps):
+        ids[0, 0] = int(np.argmax(to_numpy(values[p.plan.logits])[0, -1]))
+        values = steps.step({"input_ids": ids}, ex.next_state(values), past)
+        past += 1
+    return p, steps, values, past, ids
+
+
+def _copies(state):
+    """Each state value copied into a new OrtValue of its own (same dtype, same values)."""
+    from mobius_runtime.feeds import to_ortvalue
+
+    return {
+        k: to_ortvalue(np.ascontiguousarray(to_numpy(v)), v.data_type()) for k, v in state.items()
+    }
+
+
 def test_a_step_with_other_buffers_binds_them_again(tiny_gqa_package, monkeypatch):
     """The steady path (no per-port visit) holds only while the shared buffers are the very
     state values of the step before: handed copies, a step binds each of them again and
     its logits are those of a fresh binding."""
-    from mobius_runtime.feeds import to_ortvalue
 
     log = _count_binds(monkeypatch)
-    p = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
-    ex = p.executor
-    capacity = len(PROMPT) + 8
-    steps = ex.steps(capacity)
-    values = steps.step({"input_ids": np.array([PROMPT])}, None, 0)
-    past, ids = len(PROMPT), np.zeros((1, 1), dtype=np.int64)
-    for _ in range(3):  # the first decode step sets the steady state, the next use it
-        ids[0, 0] = int(np.argmax(to_numpy(values[p.plan.logits])[0, -1]))
-        values = steps.step({"input_ids": ids}, ex.next_state(values), past)
-        past += 1
+    # the first decode step sets the steady state, the next ones use it
+    p, steps, values, past, ids = _decoded(tiny_gqa_package, 3)
+    ex, capacity = p.executor, steps.capacity
     assert log[-2] == ["in:attention_mask", "device:logits"]
-    state = {
-        k: to_ortvalue(np.ascontiguousarray(to_numpy(v)), v.data_type())
-        for k, v in ex.next_state(values).items()
-    }
-    fresh_state = {
-        k: to_ortvalue(np.ascontiguousarray(to_numpy(v)), v.data_type()) for k, v in state.items()
-    }
+    state = _copies(ex.next_state(values))
+    fresh_state = _copies(state)
     ids[0, 0] = int(np.argmax(to_numpy(values[p.plan.logits])[0, -1]))
     got = steps.step({"input_ids": ids}, state, past)
     rebound = log[-2]
@@ -240,20 +252,11 @@ def test_a_failed_step_leaves_no_stale_binding(tiny_gqa_package, monkeypatch):
     request's own, not the failed step's)."""
     from mobius_runtime.feeds import to_ortvalue
 
-    p = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
-    ex = p.executor
-    capacity = len(PROMPT) + 8
-    steps = ex.steps(capacity)
-    values = steps.step({"input_ids": np.array([PROMPT])}, None, 0)
-    past, ids = len(PROMPT), np.zeros((1, 1), dtype=np.int64)
-    for _ in range(2):  # the second decode step runs on the steady path
-        ids[0, 0] = int(np.argmax(to_numpy(values[p.plan.logits])[0, -1]))
-        values = steps.step({"input_ids": ids}, ex.next_state(values), past)
-        past += 1
+    # the second decode step runs on the steady path
+    p, steps, values, past, ids = _decoded(tiny_gqa_package, 2)
+    ex, capacity = p.executor, steps.capacity
     state = ex.next_state(values)
-    copies = {
-        k: to_ortvalue(np.ascontiguousarray(to_numpy(v)), v.data_type()) for k, v in state.items()
-    }
+    copies = _copies(state)
     other = {k: to_ortvalue(np.zeros_like(to_numpy(v)), v.data_type()) for k, v in state.items()}
     ids[0, 0] = int(np.argmax(to_numpy(values[p.plan.logits])[0, -1]))
 
