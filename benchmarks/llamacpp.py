@@ -15,6 +15,13 @@ greedy ids agree; where they part, the token index and each side's top-2 logit m
 there, both sides fed the same ids up to that point (a small margin: a near tie that
 8-bit activations on either side may flip).
 
+Also printed: the weight bytes each side reads per decode token (every weight but the
+rows a lookup gathers: ours from the package's graphs, llama.cpp from the GGUF's tensors;
+a tied embedding is read whole as the output projection) and the decode speed per byte
+read (decode ratio times bytes ratio). Decode at batch 1 streams every weight once per
+token, so where the exact onnxruntime form of a GGUF type takes more bits than the type
+itself (e.g. Q5_0 as 8-bit blocks), the bytes ratio is the decode bar's floor.
+
 llama-cpp-python is never a dependency of the repository nor installed in CI; build it in
 a benchmark venv of its own (see benchmarks/README.md): the native build enables AMX and
 segfaults in llama_decode on some VMs.
@@ -132,6 +139,44 @@ class LlamaCpp:
         return np.array(self._last(), dtype=np.float32)
 
 
+GATHERS = {"Gather", "GatherBlockQuantized"}
+"""Ops that read one row of a table per token (their data input is not streamed)."""
+
+
+def package_weight_bytes(package: Path) -> int:
+    """Bytes of the initializers a decode step of ``package`` reads: those of every graph
+    under it, less the tables only a lookup (:data:`GATHERS`) reads."""
+    import onnx
+
+    total = 0
+    for path in sorted(package.rglob("*.onnx")):
+        graph = onnx.load(str(path), load_external_data=False).graph
+        streamed: set[str] = set()
+        for node in graph.node:
+            lookup = node.op_type in GATHERS
+            streamed.update(x for i, x in enumerate(node.input) if not (lookup and i == 0))
+        for init in graph.initializer:
+            if init.name in streamed:
+                item = onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+                total += int(np.prod(init.dims, dtype=np.int64)) * item
+    return total
+
+
+def gguf_weight_bytes(gguf: Path) -> int:
+    """Bytes of the GGUF's tensors llama.cpp reads per decode token: all but the
+    ``*token_embd*`` lookup tables, ``token_embd.weight`` included when it is also the
+    output projection (no ``output.weight``)."""
+    from gguf import GGUFReader
+
+    tensors = {t.name: int(t.n_bytes) for t in GGUFReader(gguf).tensors}
+    tied = "output.weight" not in tensors
+    return sum(
+        n
+        for name, n in tensors.items()
+        if "token_embd" not in name or (tied and name == "token_embd.weight")
+    )
+
+
 def margin(logits: np.ndarray) -> str:
     top = np.argsort(logits)[::-1][:2]
     return (
@@ -189,6 +234,12 @@ def bench(gguf: Path, package: Path, args) -> None:
     (o_pre, o_tps), (l_pre, l_tps) = med["ours"], med["llama.cpp"]
     print(
         f"  decode ours / llama.cpp {o_tps / l_tps:.2f}x; prefill llama.cpp / ours {l_pre / o_pre:.2f}x"
+    )
+    o_bytes, l_bytes = package_weight_bytes(package), gguf_weight_bytes(gguf)
+    print(
+        f"  weights read per decode token: ours {o_bytes / 2**20:.1f} MiB, llama.cpp "
+        f"{l_bytes / 2**20:.1f} MiB ({o_bytes / l_bytes:.2f}x); decode per byte read, ours / "
+        f"llama.cpp {o_tps / l_tps * o_bytes / l_bytes:.2f}x"
     )
     a, b = rows["ours"][0][0], rows["llama.cpp"][0][0]
     same = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
