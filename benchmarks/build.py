@@ -14,7 +14,8 @@ optimize_component; no weights are bound) and reports its wall time and peak RSS
 (b) ``--synthetic-e2b DIR`` writes a synthetic E2B checkpoint in bfloat16 (real
 tensor names and shapes from transformers on the meta device, plus the unused
 KV-consumer ``k_proj``/``v_proj``/``k_norm`` tensors the real checkpoint carries;
-finite random bf16 values from a tiled random block) straight to sharded
+finite random bf16 values from a tiled random block; ``--values normal`` for N(0, 0.02)
+weights and fixed norms, whose logits have margins) straight to sharded
 safetensors with numpy, plus a synthetic 262,144-id tokenizer that llama.cpp's converter
 accepts (:func:`write_synthetic_tokenizer`), then times ``cp -r`` of it and ``mobius.build(...,
 dtype="bf16")`` on the same disk in the same run, both followed by ``sync``. It
@@ -195,8 +196,45 @@ def _random_bf16_block(n_values: int):
     return (bits & np.uint16(0x807F)) | np.uint16(0x3C00)
 
 
-def write_synthetic_checkpoint(folder: Path, config_path: Path) -> int:
-    """Write sharded bf16 safetensors + index + config.json; return bytes of tensor data."""
+def _normal_bf16_block(n_values: int, std: float = 0.02):
+    """bf16 bit patterns of N(0, std) values (float32 rounded to nearest even)."""
+    import numpy as np
+
+    f = (np.random.default_rng(0).standard_normal(n_values, np.float32) * np.float32(std)).view(
+        np.uint32
+    )
+    return ((f + np.uint32(0x7FFF) + ((f >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+VALUES = ("bits", "normal")
+"""What :func:`write_synthetic_checkpoint` fills the tensors with. ``bits``: random bf16
+bit patterns with exponents near 2^-7 everywhere, norm weights and layer scalars included
+(fast to write; since Gemma 4 multiplies by its norm weights as they are, the stream
+shrinks at every norm and the logits come out flat, within 0.01 of each other, so two
+runtimes' greedy ids are ties broken by rounding). ``normal``: N(0, 0.02) weights (HF's
+``initializer_range``), 1.0 in every other ``*norm.weight`` and ``layer_scalar`` (HF's own
+initial values) and 0.25 in the q / k norms, so that the logits spread and have top-2
+margins to compare ids by. Why 0.25: Gemma 4 scales attention scores by 1.0 and relies on
+its q / k norms, so unit norm weights give scores of standard deviation √head_dim = 16,
+a near one-hot softmax, and a chaotic random network: on E2B built from llama.cpp's Q4_0
+file, our int8-activation and float32-activation forms of the same weights gave last
+logits correlated 0.59 and different top ids. With 0.25 (scores of deviation ~1) the two
+forms and llama.cpp correlate 0.9996 and share their top 5 (benchmarks/README.md)."""
+
+NORMAL_TILE = 8_388_617
+"""Values in the tiled block of ``values="normal"``: a prime just above 2**23."""
+
+FIXED_VALUES = (
+    (("self_attn.q_norm.weight", "self_attn.k_norm.weight"), 0x3E80),  # bf16 0.25
+    (("norm.weight", "layer_scalar"), 0x3F80),  # bf16 1.0
+)
+"""``values="normal"``: (tensor name endings, bf16 bit pattern) filled with one value,
+first match wins."""
+
+
+def write_synthetic_checkpoint(folder: Path, config_path: Path, values: str = "bits") -> int:
+    """Write sharded bf16 safetensors + index + config.json; return bytes of tensor data
+    (``values``: one of :data:`VALUES`)."""
     import numpy as np
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -211,7 +249,15 @@ def write_synthetic_checkpoint(folder: Path, config_path: Path) -> int:
             size = 0
         shards[-1].append((name, shapes[name]))
         size += nbytes
-    block = _random_bf16_block(8 * 2**20).tobytes()  # 16 MiB, tiled
+    if values not in VALUES:
+        raise ValueError(f"values must be one of {VALUES}, got {values!r}")
+    if values == "normal":
+        # a prime count of values: no two rows of any table repeat each other (a tile of
+        # 2**23 values repeats a 1536-wide row every 16,384 rows: tied logits, exact ties)
+        block = _normal_bf16_block(NORMAL_TILE).tobytes()
+    else:
+        block = _random_bf16_block(8 * 2**20).tobytes()  # 16 MiB, tiled
+    fixed = [(ends, np.full(2**20, bits, np.uint16).tobytes()) for ends, bits in FIXED_VALUES]
     weight_map: dict[str, str] = {}
     total = 0
     for k, shard in enumerate(shards, start=1):
@@ -229,14 +275,22 @@ def write_synthetic_checkpoint(folder: Path, config_path: Path) -> int:
             weight_map[name] = fname
         head = json.dumps(header, separators=(",", ":")).encode()
         head += b" " * (-len(head) % 8)
+        at_block = 0
         with open(folder / fname, "wb") as f:
             f.write(len(head).to_bytes(8, "little"))
             f.write(head)
-            left = offset
-            while left:
-                chunk = block[: min(left, len(block))]
-                f.write(chunk)
-                left -= len(chunk)
+            for name, shape in shard:  # the random block tiles on across tensors
+                left = 2 * int(np.prod(shape, dtype=np.int64))
+                fill = next((v for ends, v in fixed if name.endswith(ends)), None)
+                if values == "normal" and fill is not None:
+                    for at in range(0, left, len(fill)):
+                        f.write(fill[: min(len(fill), left - at)])
+                    continue
+                while left:
+                    chunk = block[at_block : at_block + left]
+                    f.write(chunk)
+                    left -= len(chunk)
+                    at_block = (at_block + len(chunk)) % len(block)
         total += offset
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
@@ -377,8 +431,9 @@ def distinct_bytes(folder: Path) -> int:
     return sum(seen.values())
 
 
-def _kept_checkpoint(ckpt: Path, marker: Path) -> int | None:
-    """Bytes of tensor data of a checkpoint a previous ``--keep`` run finished, or None."""
+def _kept_checkpoint(ckpt: Path, marker: Path, values: str) -> int | None:
+    """Bytes of tensor data of a checkpoint a previous ``--keep`` run finished with the
+    same ``values``, or None."""
     index = ckpt / "model.safetensors.index.json"
     if not marker.is_file() or not index.is_file():
         return None
@@ -388,19 +443,23 @@ def _kept_checkpoint(ckpt: Path, marker: Path) -> int | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     sizes = {p.name: p.stat().st_size for p in ckpt.glob("*.safetensors")}
-    return total if recorded == {"total_size": total, "files": sizes} else None
+    recorded.setdefault("values", "bits")  # markers written before the choice existed
+    expected = {"total_size": total, "files": sizes, "values": values}
+    return total if recorded == expected else None
 
 
-def synthetic_e2b(root: Path, config_path: Path, keep: bool, profile: str = "") -> None:
+def synthetic_e2b(
+    root: Path, config_path: Path, keep: bool, profile: str = "", values: str = "bits"
+) -> None:
     """(b) Write, copy and build a synthetic full-size E2B; print RSS and ratios.
 
     With ``keep``, a checkpoint a previous ``--keep`` run finished (marker file with
-    its index total and shard sizes) is reused instead of written again.
+    its index total, shard sizes and ``values``) is reused instead of written again.
     """
     claim_bench_dir(root)
     ckpt, copy, out = root / "e2b-synthetic", root / "e2b-copy", root / "e2b-package"
     marker = root / "e2b-synthetic.complete.json"
-    kept = _kept_checkpoint(ckpt, marker) if keep else None
+    kept = _kept_checkpoint(ckpt, marker, values) if keep else None
     free = shutil.disk_usage(root).free + (kept or 0)
     if free < 30 * GiB:
         print(f"(b) skipped: {free / GiB:.1f} GiB free in {root}, need ~30 GiB")
@@ -416,11 +475,11 @@ def synthetic_e2b(root: Path, config_path: Path, keep: bool, profile: str = "") 
             print(f"(b) synthetic E2B: reusing {nbytes / GiB:.2f} GiB of bf16 tensors in {ckpt}")
         else:
             t = time.perf_counter()
-            nbytes = write_synthetic_checkpoint(ckpt, config_path)
+            nbytes = write_synthetic_checkpoint(ckpt, config_path, values)
             os.sync()
             t_write = time.perf_counter() - t
             sizes = {p.name: p.stat().st_size for p in ckpt.glob("*.safetensors")}
-            marker.write_text(json.dumps({"total_size": nbytes, "files": sizes}))
+            marker.write_text(json.dumps({"total_size": nbytes, "files": sizes, "values": values}))
             print(
                 f"(b) synthetic E2B: {nbytes / GiB:.2f} GiB of bf16 tensors written in "
                 f"{t_write:.1f} s"
@@ -462,12 +521,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--profile", default="", metavar="FILE", help="write cProfile stats of (b)'s build to FILE"
     )
+    ap.add_argument(
+        "--values",
+        default="bits",
+        choices=VALUES,
+        help="(b)'s tensor values: 'bits' (fast, flat logits) or 'normal' (N(0, 0.02) "
+        "weights, fixed norms: logits with margins, for comparing greedy ids)",
+    )
     args = ap.parse_args(argv)
     if not args.skip_graph:
         graph_only(args.dtype, args.target, args.configs)
     if args.synthetic_e2b:
         synthetic_e2b(
-            args.synthetic_e2b, args.configs / "gemma-4-E2B-it.json", args.keep, args.profile
+            args.synthetic_e2b,
+            args.configs / "gemma-4-E2B-it.json",
+            args.keep,
+            args.profile,
+            args.values,
         )
     return 0
 

@@ -140,12 +140,15 @@ class LlamaCpp:
 
 
 GATHERS = {"Gather", "GatherBlockQuantized"}
-"""Ops that read one row of a table per token (their data input is not streamed)."""
+"""Ops that read one row of a table per token: of their inputs only the indices (input 1)
+are read whole; the data and GatherBlockQuantized's scales and zero points (inputs 0, 2,
+3) are read a row at a time."""
 
 
 def package_weight_bytes(package: Path) -> int:
     """Bytes of the initializers a decode step of ``package`` reads: those of every graph
-    under it, less the tables only a lookup (:data:`GATHERS`) reads."""
+    under it, less the tables (data, scales, zero points) only a lookup (:data:`GATHERS`)
+    reads."""
     import onnx
 
     total = 0
@@ -154,7 +157,7 @@ def package_weight_bytes(package: Path) -> int:
         streamed: set[str] = set()
         for node in graph.node:
             lookup = node.op_type in GATHERS
-            streamed.update(x for i, x in enumerate(node.input) if not (lookup and i == 0))
+            streamed.update(x for i, x in enumerate(node.input) if not lookup or i == 1)
         for init in graph.initializer:
             if init.name in streamed:
                 item = onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
