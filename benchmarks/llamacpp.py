@@ -187,6 +187,51 @@ def margin(logits: np.ndarray) -> str:
     )
 
 
+VECTOR_UNITS = {
+    "avx2": "AVX2",
+    "fma": "FMA",
+    "f16c": "F16C",
+    "avx512f": "AVX512",
+    "avx512vbmi": "AVX512_VBMI",
+    "avx512_vnni": "AVX512_VNNI",
+    "avx512_bf16": "AVX512_BF16",
+    "avx_vnni": "AVX_VNNI",
+}
+"""``/proc/cpuinfo`` flag -> the name llama.cpp's system info gives the same unit (``NAME =
+1`` when its CPU backend was compiled with it)."""
+
+
+def missing_units(system_info: str, cpuinfo: str) -> list[str]:
+    """The vector units this CPU has that the llama.cpp build was compiled without (its
+    kernels then run slower than the same llama.cpp built natively, as its users build it)."""
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    built = {part.split("=")[0].strip() for part in system_info.split("|") if "= 1" in part}
+    built = {name.split(":")[-1].strip() for name in built}
+    return [unit for flag, unit in VECTOR_UNITS.items() if flag in flags and unit not in built]
+
+
+def check_build() -> str:
+    """A warning line when llama.cpp lacks vector units this CPU has, else ''."""
+    import llama_cpp
+
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    missing = missing_units(llama_cpp.llama_print_system_info().decode(), cpuinfo)
+    if not missing:
+        return ""
+    flags = " ".join(f"-DGGML_{unit}=ON" for unit in missing)
+    return (
+        f"WARNING: this CPU has {', '.join(missing)} and this llama.cpp build lacks them, so "
+        f"its figures understate llama.cpp: rebuild llama-cpp-python with {flags} "
+        "(benchmarks/README.md, llama.cpp section)"
+    )
+
+
 def versions() -> str:
     import llama_cpp
     import onnxruntime
@@ -238,6 +283,9 @@ def bench(gguf: Path, package: Path, args) -> None:
     print(
         f"  decode ours / llama.cpp {o_tps / l_tps:.2f}x; prefill llama.cpp / ours {l_pre / o_pre:.2f}x"
     )
+    warning = check_build()
+    if warning:  # beside the ratios it invalidates
+        print(f"  {warning}")
     o_bytes, l_bytes = package_weight_bytes(package), gguf_weight_bytes(gguf)
     print(
         f"  weights read per decode token: ours {o_bytes / 2**20:.1f} MiB, llama.cpp "
@@ -277,6 +325,9 @@ def main() -> None:
     if args.package and len(args.gguf) != 1:
         ap.error("--package goes with exactly one GGUF file")
     print(versions())
+    warning = check_build()
+    if warning:
+        print(warning, flush=True)
     extra = shlex.split(args.build_args)
     for gguf in args.gguf:
         package = args.package
