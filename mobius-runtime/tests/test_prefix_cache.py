@@ -105,7 +105,8 @@ def _logits(batcher, prompt, hit, steps=6):
     rows = [np.asarray(logits, dtype=np.float32)]
     for _ in range(steps):
         token = int(np.argmax(rows[-1]))
-        rows.append(np.asarray(batcher.decode(cohort, [token])[0], dtype=np.float32))
+        # a copy: the cohort's next step writes its logits into the same buffer
+        rows.append(np.array(batcher.decode(cohort, [token])[0], dtype=np.float32))
     return np.stack(rows), cohort
 
 

@@ -3,9 +3,10 @@
 Exact: every step's logits equal those of steps run on fresh bindings, on the shared-KV
 (GroupQueryAttention) and the concat (ONNX Attention) builds. Cheap: from the second
 one-token step of a greedy request on, a step of the shared-KV build binds one new
-input, the attention mask (its length grows), and lets the logits be allocated: the KV
-buffers, the ids array the token loop writes in place and the position array stay bound
-from the step before.
+input, the attention mask (its length grows), and the token loop's steps write the
+logits into the buffer of the step before (``Steps.recycle``): the KV buffers, the ids
+array the token loop writes in place and the position array stay bound from the step
+before.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ pytest.importorskip("onnxruntime")
 PROMPT = [2, *range(30, 52)]
 
 
-def _logits(p: Pipeline, kept: bool, new: int = 10) -> tuple[list[int], list[np.ndarray]]:
-    """Greedy ids and every step's logits, on one Steps (kept) or a fresh binding per step."""
+def _logits(
+    p: Pipeline, kept: bool, new: int = 10, recycle: bool = False
+) -> tuple[list[int], list[np.ndarray]]:
+    """Greedy ids and every step's logits, on one Steps (kept; its logits recycled or not)
+    or a fresh binding per step."""
     ex = p.executor
     capacity = len(PROMPT) + new
-    steps = ex.steps(capacity)
+    steps = ex.steps(capacity, p.batcher.recycle if recycle else frozenset())
 
     def step(caller, state, past):
         if kept:
@@ -48,10 +52,41 @@ def _logits(p: Pipeline, kept: bool, new: int = 10) -> tuple[list[int], list[np.
 def test_kept_bindings_give_the_same_logits(build, request):
     p = Pipeline.load(request.getfixturevalue(build), device="cpu", threads=2)
     fresh_ids, fresh = _logits(p, kept=False)
-    kept_ids, kept = _logits(p, kept=True)
-    assert kept_ids == fresh_ids
-    for a, b in zip(kept, fresh, strict=True):
+    for recycle in (False, True):
+        kept_ids, kept = _logits(p, kept=True, recycle=recycle)
+        assert kept_ids == fresh_ids
+        for a, b in zip(kept, fresh, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_recycled_logits_follow_the_step_shape(tiny_gqa_package):
+    """A steady step writes the logits into the last steady step's OrtValue only when it
+    has that step's batch and length: a two-id step gets a buffer of its own shape, and
+    every step's logits equal those of a Steps that recycles nothing."""
+    p = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
+    key = p.plan.logits
+    assert p.batcher.recycle == {key}  # [batch, sequence_len, V] follows from the ids
+    feeds = [[PROMPT], [[40]], [[41]], [[42]], [[43]], [[44, 45]], [[46]]]
+
+    def run(recycle: frozenset[str]) -> tuple[list[np.ndarray], list]:
+        steps = p.executor.steps(len(PROMPT) + 8, recycle)
+        values = steps.step({"input_ids": np.array(feeds[0])}, None, 0)
+        past, rows, made = len(PROMPT), [], []
+        for ids in feeds[1:]:
+            values = steps.step({"input_ids": np.array(ids)}, p.executor.next_state(values), past)
+            past += len(ids[0])
+            rows.append(to_numpy(values[key]).copy())
+            made.append(values[key])
+        return rows, made
+
+    plain, _ = run(frozenset())
+    rows, made = run(p.batcher.recycle)
+    for a, b in zip(rows, plain, strict=True):
         np.testing.assert_array_equal(a, b)
+    # steps 1 (general) and 2 (the first steady one) allocate; 3 and 4 reuse step 2's
+    assert made[2] is made[1] and made[3] is made[1] and made[0] is not made[1]
+    assert made[4] is not made[1] and made[4].shape() == [1, 2, rows[0].shape[-1]]
+    assert made[5] is not made[1]  # after a two-id step, a one-id step allocates again
 
 
 class _Counting:
@@ -68,13 +103,27 @@ class _Counting:
         self._log[-1].append(f"out:{name}")
         return self._inner.bind_ortvalue_output(name, value)
 
+    def bind_input(self, name, *address):  # a host array bound by its address
+        self._log[-1].append(f"in:{name}")
+        return self._inner.bind_input(name, *address)
+
     def bind_output(self, name, device):
         self._log[-1].append(f"device:{name}")
         return self._inner.bind_output(name, device)
 
-    def get_outputs(self):
-        self._log.append([])  # the next step's binds
-        return self._inner.get_outputs()
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class _Running:
+    """The C-level session: each run starts the next step's list of binds."""
+
+    def __init__(self, inner, log: list[list[str]]) -> None:
+        self._inner, self._log = inner, log
+
+    def run_with_iobinding(self, binding, options):
+        self._inner.run_with_iobinding(binding._inner, options)
+        self._log.append([])
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -82,7 +131,7 @@ class _Counting:
 
 def _count_binds(monkeypatch) -> list[list[str]]:
     """From now on every StepBinding counts its binds: one list of names per step (a run's
-    ``get_outputs`` starts the next list); skips where there is no C-level binding."""
+    run starts the next list); skips where there is no C-level binding."""
     log: list[list[str]] = [[]]
     real_init = iobind.StepBinding.__init__
 
@@ -91,6 +140,7 @@ def _count_binds(monkeypatch) -> list[list[str]]:
         if not self._fast:
             pytest.skip("this onnxruntime has no C-level IO binding")
         self._c = _Counting(self._c, log)
+        self._sess = _Running(self._sess, log)
 
     monkeypatch.setattr(iobind.StepBinding, "__init__", init)
     return log
@@ -108,16 +158,20 @@ def test_a_decode_step_binds_only_the_growing_mask(tiny_gqa_package, monkeypatch
     assert sum(n.startswith("in:past_key_values") for n in prefill) == 8  # bound once
     assert sum(n.startswith("out:present") for n in prefill) == 8
     # the first one-token step binds its [1, 1] ids and position (the prefill had the
-    # prompt's); from then on they are written in place
+    # prompt's); from then on they are written in place. The logits are allocated by
+    # the first two and then written into the second one's buffer (Steps.recycle)
     assert decode[0] == ["in:input_ids", "in:attention_mask", "in:position_ids", "device:logits"]
-    for binds in decode[1:]:
-        assert binds == ["in:attention_mask", "device:logits"]
+    assert decode[1] == ["in:attention_mask", "device:logits"]
+    assert decode[2] == ["in:attention_mask", "out:logits"]
+    for binds in decode[3:]:
+        assert binds == ["in:attention_mask"]
 
 
 def test_a_batched_decode_step_keeps_its_kv_buffers_bound(tiny_gqa_package, monkeypatch):
     """A cohort of several rows keeps its bindings too (:meth:`Batcher.decode`): after its
-    first step, a step binds the new ids, mask and positions and lets the logits be
-    allocated, never the shared KV buffers; its logits equal fresh bindings' bit for bit."""
+    first step, a step binds the new ids, mask and positions, never the shared KV
+    buffers; its logits are allocated by the first steady step and written into that
+    buffer from then on (Steps.recycle), equal to fresh bindings' bit for bit."""
     from mobius_runtime.batching import Batcher
 
     p = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
@@ -144,10 +198,11 @@ def test_a_batched_decode_step_keeps_its_kv_buffers_bound(tiny_gqa_package, monk
     assert after == []
     assert sum(n.startswith("in:past_key_values") for n in first) == 8  # bound once
     assert len(later) == 5
-    for binds in later:
-        assert sorted(binds) == [
-            "device:logits", "in:attention_mask", "in:input_ids", "in:position_ids"
-        ]  # fmt: skip
+    for i, binds in enumerate(later):
+        logits = ["device:logits"] if i == 0 else ["out:logits"] if i == 1 else []
+        assert sorted(binds) == sorted(
+            ["in:attention_mask", "in:input_ids", "in:position_ids", *logits]
+        )
 
 
 def test_a_one_row_cohort_remembers_its_exact_buffers(tiny_attention_package):

@@ -90,6 +90,9 @@ class Cohort:
     # the ``values`` dict a one-row step made: its concat buffers hold exactly the past
     # (Batcher._unpadded need not read their shapes again while it is still the values)
     exact: Any = field(default=None, repr=False, compare=False)
+    # (the logits OrtValue of the last one-row step, the numpy view of its last position):
+    # a recycled logits value (Batcher.recycle) is the same OrtValue at every step
+    logits: Any = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -119,6 +122,27 @@ class Batcher:
             shape = next((o.shape for o in outputs if o.name == port), None)
         self._last_only = bool(shape) and len(shape) > 1 and shape[1] == 1
         """The graph gives the last position's logits only (``mobius build --logits last``)."""
+        self.recycle = self._recyclable(shape)
+        """The output keys a cohort's steps write into the last step's OrtValue
+        (:class:`~mobius_runtime.executor.Steps` ``recycle``): the logits, when the graph
+        says their shape follows from the step's batch and sequence length alone. What
+        :meth:`decode` returns is then overwritten by the cohort's next step."""
+
+    def _recyclable(self, shape: Sequence[Any] | None) -> frozenset[str]:
+        """{the logits key} when its graph shape is [batch, 1 or the ids' sequence, ints...]."""
+        if not shape or len(shape) < 2 or not all(isinstance(d, int) for d in shape[2:]):
+            return frozenset()
+        if shape[1] != 1:  # every position's logits: their length must be the ids' own
+            comp = self.plan.logits.split(".", 1)[0]
+            inputs, _ = self.executor.io(comp)
+            ids = next((dims for name, _, dims in inputs if name == "input_ids"), None)
+            if ids is None or len(ids) != 2 or ids[1] != shape[1] or isinstance(shape[1], int):
+                return frozenset()
+        return frozenset({self.plan.logits})
+
+    def steps(self, capacity: int | None) -> Any:
+        """A cohort's :class:`~mobius_runtime.executor.Steps` (its logits recycled)."""
+        return self.executor.steps(capacity, self.recycle)
 
     @property
     def shares(self) -> bool:
@@ -297,11 +321,15 @@ class Batcher:
         return out
 
     def decode(self, cohort: Cohort, tokens: Sequence[int]) -> np.ndarray:
-        """One step of every row (``tokens[b]`` is row b's new id); returns logits [B, V]."""
+        """One step of every row (``tokens[b]`` is row b's new id); returns logits [B, V].
+
+        The array may be a view of a buffer the cohort's next step writes again
+        (:attr:`recycle`): pick from it (or copy it) before stepping the cohort again.
+        """
         rows = cohort.size
         if rows == 1 and self._unpadded(cohort):  # the runtime's own mask and positions
             if cohort.steps is None or cohort.steps.capacity != cohort.capacity:
-                cohort.steps = self.executor.steps(cohort.capacity)
+                cohort.steps = self.steps(cohort.capacity)
                 cohort.step_ids = np.zeros((1, 1), dtype=np.int64)
             cohort.step_ids[0, 0] = tokens[0]
             values = cohort.steps.step(
@@ -310,7 +338,14 @@ class Batcher:
             if not cohort.steps.state_kept:  # else the same buffers: keep the same mapping
                 cohort.values = cohort.exact = self.executor.next_state(values)
             cohort.pasts = [cohort.pasts[0] + 1]
-            return last_position(values[self.plan.logits])
+            logits = values[self.plan.logits]
+            known = cohort.logits
+            if known is not None and known[0] is logits:  # recycled: the same buffer
+                return known[1]
+            view = last_position(logits)
+            if logits.data_type() != "tensor(bfloat16)" and logits.device_name().lower() == "cpu":
+                cohort.logits = (logits, view)  # a view of the buffer (last_position)
+            return view
         ids = np.asarray(tokens, dtype=np.int64).reshape(rows, 1)
         pasts = np.asarray(cohort.pasts, dtype=np.int64)
         if self.side == LEFT:
@@ -326,7 +361,7 @@ class Batcher:
         mask = ((col >= starts[:, None]) & (col < ends[:, None])).astype(np.int64)
         generated = {"attention_mask": mask, "position_ids": pasts.reshape(rows, 1)}
         if cohort.steps is None or cohort.steps.capacity != cohort.capacity:
-            cohort.steps = self.executor.steps(cohort.capacity)
+            cohort.steps = self.steps(cohort.capacity)
         # the cohort's own bindings: its shared KV buffers stay bound from step to step
         values = cohort.steps.step({"input_ids": ids}, cohort.values, length, generated)
         logits = last_position(values[self.plan.logits])

@@ -101,6 +101,8 @@ class Decoding:
         self.penalties = Penalties(params, prompt) if params.penalized else None
         self.matcher = None if params.constraint is None else params.constraint.matcher()
         self.logprobs: list[TokenLogprob] = []  # one per id, when params.logprobs is set
+        # the argmax of the raw logits is the pick (no penalty or grammar changes them)
+        self._plain = params.greedy and self.penalties is None and self.matcher is None
 
     def take(
         self, logits: np.ndarray, past: int, finite: bool = False, greedy: int | None = None
@@ -113,8 +115,7 @@ class Decoding:
         ``greedy``: the row's argmax, already taken (used only when greedy). NaN or
         infinite logits raise :class:`~mobius_runtime.errors.RequestError`.
         """
-        processed = self.penalties is not None or self.matcher is not None
-        if self.params.greedy and not processed:
+        if self._plain:
             token = int(logits.argmax()) if greedy is None else greedy
             if not finite and not math.isfinite(logits[token]):  # argmax lands on NaN / +inf
                 check_logits(logits, len(self.ids))

@@ -185,9 +185,9 @@ class Executor:
                 layout = self._resolved.setdefault(shape, layout)
         return layout
 
-    def steps(self, capacity: int | None = None) -> Steps:
+    def steps(self, capacity: int | None = None, recycle: frozenset[str] = frozenset()) -> Steps:
         """A request's run of steps (see :class:`Steps`)."""
-        return Steps(self, capacity)
+        return Steps(self, capacity, recycle)
 
     def step(
         self,
@@ -238,6 +238,16 @@ class _Prepared:
     fresh: tuple[tuple[str, str], ...] = ()
     fresh_keys: tuple[tuple[int, str], ...] = ()
     closed: bool = False  # its whole next state is its shared buffers (Steps.state_kept)
+    # the fresh outputs Steps.recycle names, as (index, name, key); the rest of ``fresh``
+    # and ``fresh_keys``; and the indices a run need not wrap when those are recycled
+    recycled: tuple[tuple[int, str, str], ...] = ()
+    fresh_rest: tuple[tuple[str, str], ...] = ()
+    fresh_rest_keys: tuple[tuple[int, str], ...] = ()
+    recycled_skip: frozenset[int] = frozenset()
+
+
+# what a steady step does with an input that is not a shared buffer (_Prepared.others)
+_STATE, _CALLER, _MASK, _POSITION, _OTHER = range(5)
 
 
 class Steps:
@@ -254,11 +264,26 @@ class Steps:
     step of a request on them) does not visit them at all: one C-level pick of those
     values, compared by identity, stands for the per-port loop (Gemma 3 270M: 36 of its
     39 inputs and 37 outputs). One thread drives a request: a Steps is never shared.
+
+    ``recycle``: output keys (the token loop's logits) that a steady step writes into the
+    OrtValue the same part's previous steady step returned under that key, when the
+    step has the same batch and sequence length (the key's shape must follow from those
+    two alone, which the caller checks from the graph): no output is allocated, wrapped
+    or bound anew for it, and the caller may keep its numpy view. The value a step
+    returns for such a key is therefore overwritten by the next steady step: only a
+    caller that is done with it by then (the token loop, which picks from the logits
+    before it steps again) may ask for it.
     """
 
-    def __init__(self, executor: Executor, capacity: int | None = None) -> None:
+    def __init__(
+        self, executor: Executor, capacity: int | None = None, recycle: frozenset[str] = frozenset()
+    ) -> None:
         self.executor = executor
         self.capacity = capacity
+        self.recycle = recycle
+        # comp -> ((batch, seq) of the step that made them, the recycled outputs as
+        # (name, OrtValue), and as key -> OrtValue)
+        self._recycled: dict[str, tuple[tuple[int, int], tuple[tuple[str, Any], ...], dict]] = {}
         self._bindings: dict[str, StepBinding] = {}
         self._prepared: dict[str, _Prepared] = {}  # comp -> its layout part, made ready once
         self._arrays: dict[str, tuple[Any, Any]] = {}  # key -> (caller array, OrtValue over it)
@@ -272,6 +297,7 @@ class Steps:
         took the steady path and all its state lives in shared buffers): a caller may keep
         passing that same mapping instead of :meth:`Executor.next_state` of the values."""
         self._ones = np.ones(0, dtype=np.int64)
+        self._ones_at = 0  # the address of self._ones (StepBinding.input_host)
         self._ramp = np.arange(0, dtype=np.int64)
         self._position = np.zeros((1, 1), dtype=np.int64)  # a one-token step's, written in place
 
@@ -310,9 +336,30 @@ class Steps:
                 and needed <= steady[4]
                 and all(map(operator.is_, ready.held(state), steady[1]))
             ):  # the same shared buffers as the last step, bound in and out already
-                for name, key, ort_type, rank, how, _ in ready.others:
-                    if how[0] == "state":
+                arrays = self._arrays
+                for name, key, ort_type, rank, how, code in ready.others:
+                    if code == _STATE:
                         value = state[how[1]]
+                    elif code == _CALLER:  # the token loop's ids, written in place
+                        array = caller[how[1]]
+                        known = arrays.get(key)
+                        if known is not None and known[0] is array:
+                            value = known[1]
+                        else:
+                            value = self._value(key, array, ort_type)
+                    elif code == _MASK and generated is None:  # a view of the ones, by address
+                        if self._ones.size < batch * needed:
+                            self._grow_ones(batch * max(needed, self.capacity or 0))
+                        mask = self._ones[: batch * needed].reshape(batch, needed)
+                        binding.input_host(name, mask, self._ones_at)
+                        continue
+                    elif code == _POSITION and generated is None and batch == 1 and seq == 1:
+                        self._position[0, 0] = past_len
+                        known = arrays.get(key)
+                        if known is not None and known[0] is self._position:
+                            value = known[1]
+                        else:
+                            value = self._value(key, self._position, ort_type)
                     else:
                         value = self._feed(
                             key, ort_type, rank, how, caller, state, values, batch, seq,
@@ -320,15 +367,35 @@ class Steps:
                         )  # fmt: skip
                     if bound_in.get(name) is not value:
                         binding.input(name, value)
-                for name, device in ready.fresh:
-                    binding.output_on(name, device)
-                outputs = binding.run(ready.skip)
                 values.update(steady[3])
-                for i, key in ready.fresh_keys:
-                    values[key] = outputs[i]
+                recycled = self._recycled.get(part.comp) if ready.recycled else None
+                if recycled is not None and recycled[0] == (batch, seq):
+                    # the recycled outputs: the previous steady step's OrtValues again
+                    for name, value in recycled[1]:
+                        if bound_out.get(name) is not value:
+                            binding.output(name, value)
+                    for name, device in ready.fresh_rest:
+                        binding.output_on(name, device)
+                    outputs = binding.run(ready.recycled_skip)
+                    values.update(recycled[2])
+                    for i, key in ready.fresh_rest_keys:
+                        values[key] = outputs[i]
+                else:
+                    for name, device in ready.fresh:
+                        binding.output_on(name, device)
+                    outputs = binding.run(ready.skip)
+                    for i, key in ready.fresh_keys:
+                        values[key] = outputs[i]
+                    if ready.recycled:
+                        self._recycled[part.comp] = (
+                            (batch, seq),
+                            tuple((name, outputs[i]) for i, name, _ in ready.recycled),
+                            {key: outputs[i] for i, _, key in ready.recycled},
+                        )
                 kept = kept and ready.closed
                 continue
             kept = False
+            self._recycled.pop(part.comp, None)  # recycled on consecutive steady steps only
             # a step that fails half way may leave other buffers bound: no steady path
             # until a whole general step has run again
             self._steady.pop(part.comp, None)
@@ -424,20 +491,53 @@ class Steps:
             and not any(spec[4][0] == "state" for spec in inputs if not spec[5])
             and produced <= {key for key, past in keys if past is not None}
         )
+        skip = frozenset(i for i, (name, _, _) in enumerate(part.outputs) if name in bound)
+        fresh = tuple(
+            (i, name, device) for i, (name, past, device) in enumerate(outputs) if past is None
+        )
+        recycled = tuple(
+            (i, name, keys[i][0]) for i, name, _ in fresh if keys[i][0] in self.recycle
+        )
+        again = {i for i, _, _ in recycled}
         return _Prepared(
             part,
             binding,
             inputs,
             outputs=outputs,
             keys=keys,
-            skip=frozenset(i for i, (name, _, _) in enumerate(part.outputs) if name in bound),
+            skip=skip,
             pairs=shared,
-            others=tuple(spec for spec in inputs if not spec[5]),
+            others=tuple((*spec[:5], self._code(spec)) for spec in inputs if not spec[5]),
             held=held,
-            fresh=tuple((name, device) for name, past, device in outputs if past is None),
-            fresh_keys=tuple((i, key) for i, (key, past) in enumerate(keys) if past is None),
+            fresh=tuple((name, device) for _, name, device in fresh),
+            fresh_keys=tuple((i, keys[i][0]) for i, _, _ in fresh),
             closed=closed,
+            recycled=recycled,
+            fresh_rest=tuple((name, device) for i, name, device in fresh if i not in again),
+            fresh_rest_keys=tuple((i, keys[i][0]) for i, _, _ in fresh if i not in again),
+            recycled_skip=skip | again,
         )
+
+    def _code(self, spec: tuple[str, str, str, int, tuple[str, Any], bool]) -> int:
+        """What a steady step does with input ``spec`` (not a shared buffer): the runtime's
+        mask and one-token positions have paths of their own on the host (int64, rank 2;
+        anything else goes through :meth:`_feed`, which checks it)."""
+        _, _, ort_type, rank, (kind, detail), _ = spec
+        if kind == "state":
+            return _STATE
+        if kind == "caller":
+            return _CALLER
+        host_int64 = self.executor.device == "cpu" and ort_type == "tensor(int64)" and rank == 2
+        if kind == "generated" and host_int64:
+            if detail == "attention_mask":
+                return _MASK
+            if detail == "position_ids":
+                return _POSITION
+        return _OTHER
+
+    def _grow_ones(self, size: int) -> None:
+        self._ones = np.ones(size, dtype=np.int64)
+        self._ones_at = self._ones.ctypes.data
 
     def _check_room(self, key: str, buffer: Any, needed: int) -> None:
         """A shared buffer must hold every position of this step (the request's capacity);
@@ -544,7 +644,7 @@ class Steps:
                     fix="rebuild the package",
                 )
             if self._ones.size < batch * total:
-                self._ones = np.ones(batch * max(total, self.capacity or 0), dtype=np.int64)
+                self._grow_ones(batch * max(total, self.capacity or 0))
             return self._ones[: batch * total].reshape(batch, total)
         if batch == 1 and seq == 1 and rank == 2:
             self._position[0, 0] = past_len

@@ -86,7 +86,7 @@ def run(
     )
     executor, batcher = pipeline.executor, pipeline.batcher
     start = time.perf_counter()
-    steps = executor.steps(capacity)  # the request's IO bindings, kept between its steps
+    steps = batcher.steps(capacity)  # the request's IO bindings, kept between its steps
     values = steps.step({**caller, "input_ids": ids}, state, past)
     logits = last_position(values[pipeline.plan.logits])[0]
     past += int(ids.shape[1])

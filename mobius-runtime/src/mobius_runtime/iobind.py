@@ -26,7 +26,7 @@ when the shape changes, and the previous step's logits overwritten when it does 
 from __future__ import annotations
 
 import functools
-from collections.abc import Container
+from collections.abc import Collection
 from typing import Any
 
 
@@ -56,6 +56,7 @@ class StepBinding:
         self._inputs: dict[str, Any] = {}  # name -> the OrtValue bound under it now
         self._outputs: dict[str, Any] = {}
         self._kept: dict[Any, tuple[int, list[int]]] = {}  # skip -> (outputs, indices kept)
+        self._count = len(session.get_outputs())
 
     @property
     def bound_inputs(self) -> dict[str, Any]:
@@ -78,6 +79,20 @@ class StepBinding:
             self._binding.bind_ortvalue_input(name, value)
         self._inputs[name] = value
 
+    def input_host(self, name: str, array: Any, pointer: int) -> None:
+        """Bind the C-contiguous host array ``array`` (at address ``pointer``, which the
+        caller keeps: ``array.ctypes.data`` costs a ctypes object a call) as input
+        ``name`` by its address and shape: no OrtValue is made for it (a decode step's
+        mask, a new view of the request's ones at every step: 1.0 µs where making and
+        binding an OrtValue cost 2.1, measured on onnxruntime 1.31). The binding keeps
+        ``array`` until another value is bound under ``name``.
+        """
+        if self._fast:
+            self._c.bind_input(name, _c_device("cpu"), array.dtype, array.shape, pointer)
+        else:
+            self._binding.bind_cpu_input(name, array)
+        self._inputs[name] = array
+
     def output(self, name: str, value: Any) -> None:
         """Write output ``name`` into ``value`` (nothing to do when it is bound there already)."""
         if self._outputs.get(name) is value:
@@ -96,13 +111,15 @@ class StepBinding:
         else:
             self._binding.bind_output(name, device)
 
-    def run(self, skip: Container[int] = ()) -> list[Any]:
+    def run(self, skip: Collection[int] = ()) -> list[Any]:
         """Run the session; its outputs in graph order (None at the indices in ``skip``:
         outputs bound to an OrtValue the caller holds already)."""
         if not self._fast:
             self._session.run_with_iobinding(self._binding)
             return self._binding.get_outputs()
         self._sess.run_with_iobinding(self._c, None)
+        if len(skip) == self._count:  # the caller holds every output (2 us a call saved)
+            return [None] * self._count
         outputs = self._c.get_outputs()
         wrap = _ortvalue_class()
         if not skip:  # indexed: iterating the C-level output vector costs ~5 us a value
