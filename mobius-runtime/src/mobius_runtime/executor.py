@@ -229,11 +229,14 @@ class _Prepared:
     outputs: tuple[tuple[str, str | None, str], ...]
     keys: tuple[tuple[str, str | None], ...]
     skip: frozenset[int]
-    # the steady path of Steps.step: the shared-buffer inputs and the others, a picker of
-    # the state values bound as shared buffers (None: some come from elsewhere), the
-    # outputs the run allocates (name, device) and their (index, key)
+    # what Steps.step does with them: the shared-buffer inputs; the state inputs that
+    # are not shared buffers, as (name, state key); the other inputs, each with what a
+    # step does with it (_CALLER, ...: Steps._bind_others); a picker of the state values
+    # bound as shared buffers (None: some come from elsewhere); the outputs the run
+    # allocates (name, device) and their (index, key)
     pairs: tuple[tuple[str, str, str, int, tuple[str, Any], bool], ...] = ()
-    others: tuple[tuple[str, str, str, int, tuple[str, Any], bool], ...] = ()
+    states: tuple[tuple[str, str], ...] = ()
+    others: tuple[tuple[str, str, str, int, tuple[str, Any], int], ...] = ()
     held: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
     fresh: tuple[tuple[str, str], ...] = ()
     fresh_keys: tuple[tuple[int, str], ...] = ()
@@ -247,7 +250,7 @@ class _Prepared:
 
 
 # what a steady step does with an input that is not a shared buffer (_Prepared.others)
-_STATE, _CALLER, _MASK, _POSITION, _OTHER = range(5)
+_CALLER, _MASK, _POSITION, _OTHER = range(4)
 
 
 class Steps:
@@ -291,7 +294,7 @@ class Steps:
         # comp -> (its prepared part, the state values bound as its shared buffers, those
         # buffers by input name, the step values they give, the fewest positions of them)
         self._steady: dict[str, tuple[Any, tuple[Any, ...], dict, dict, int]] = {}
-        self._last_layout: tuple[frozenset, Any, frozenset, list[_Layout]] | None = None
+        self._last_layout: tuple[frozenset, frozenset, list[_Layout]] | None = None
         self.state_kept = False
         """True after a step whose next state is the very state it was given (every part
         took the steady path and all its state lives in shared buffers): a caller may keep
@@ -327,7 +330,7 @@ class Steps:
             if ready is None or ready.part is not part:
                 ready = self._prepared[part.comp] = self._prepare(part)
             binding = ready.binding
-            bound_in, bound_out = binding.bound_inputs, binding.bound_outputs
+            bound_out = binding.bound_outputs
             steady = self._steady.get(part.comp)
             if (
                 steady is not None
@@ -336,37 +339,7 @@ class Steps:
                 and needed <= steady[4]
                 and all(map(operator.is_, ready.held(state), steady[1]))
             ):  # the same shared buffers as the last step, bound in and out already
-                arrays = self._arrays
-                for name, key, ort_type, rank, how, code in ready.others:
-                    if code == _STATE:
-                        value = state[how[1]]
-                    elif code == _CALLER:  # the token loop's ids, written in place
-                        array = caller[how[1]]
-                        known = arrays.get(key)
-                        if known is not None and known[0] is array:
-                            value = known[1]
-                        else:
-                            value = self._value(key, array, ort_type)
-                    elif code == _MASK and generated is None:  # a view of the ones, by address
-                        if self._ones.size < batch * needed:
-                            self._grow_ones(batch * max(needed, self.capacity or 0))
-                        mask = self._ones[: batch * needed].reshape(batch, needed)
-                        binding.input_host(name, mask, self._ones_at)
-                        continue
-                    elif code == _POSITION and generated is None and batch == 1 and seq == 1:
-                        self._position[0, 0] = past_len
-                        known = arrays.get(key)
-                        if known is not None and known[0] is self._position:
-                            value = known[1]
-                        else:
-                            value = self._value(key, self._position, ort_type)
-                    else:
-                        value = self._feed(
-                            key, ort_type, rank, how, caller, state, values, batch, seq,
-                            past_len, generated,
-                        )  # fmt: skip
-                    if bound_in.get(name) is not value:
-                        binding.input(name, value)
+                self._bind_others(ready, caller, state, values, batch, seq, past_len, generated)
                 values.update(steady[3])
                 recycled = self._recycled.get(part.comp) if ready.recycled else None
                 if recycled is not None and recycled[0] == (batch, seq):
@@ -374,15 +347,13 @@ class Steps:
                     for name, value in recycled[1]:
                         if bound_out.get(name) is not value:
                             binding.output(name, value)
-                    for name, device in ready.fresh_rest:
-                        binding.output_on(name, device)
+                    binding.outputs_on(ready.fresh_rest)
                     outputs = binding.run(ready.recycled_skip)
                     values.update(recycled[2])
                     for i, key in ready.fresh_rest_keys:
                         values[key] = outputs[i]
                 else:
-                    for name, device in ready.fresh:
-                        binding.output_on(name, device)
+                    binding.outputs_on(ready.fresh)
                     outputs = binding.run(ready.skip)
                     for i, key in ready.fresh_keys:
                         values[key] = outputs[i]
@@ -401,29 +372,21 @@ class Steps:
             self._steady.pop(part.comp, None)
             rooms = self._rooms
             buffers: dict[str, Any] = {}
-            # the common decode step binds nothing new but the mask: what is the very
-            # value bound last step (a shared buffer, the ids written in place) is
-            # skipped here without a call
-            for name, key, ort_type, rank, how, pair in ready.inputs:
-                if pair:
-                    if how[0] == "state":
-                        value = state[how[1]]  # type: ignore[index]
-                    else:
-                        value = self._buffer(key, ort_type, how, state, batch)
-                    room = rooms.get(key)
-                    if room is None or room[0] is not value or needed > room[1]:
-                        self._check_room(key, value, needed)
-                    buffers[name] = value
-                elif how[0] == "state":
-                    value = state[how[1]]  # type: ignore[index]
-                else:
-                    value = self._feed(
-                        key, ort_type, rank, how, caller, state, values, batch, seq, past_len,
-                        generated,
-                    )  # fmt: skip
-                if bound_in.get(name) is not value:
-                    binding.input(name, value)
-            for name, past, device in ready.outputs:  # graph order, the order run returns
+            # the shared KV buffers: what is the very value bound last step is skipped
+            # without a call (as the ids written in place, in _bind_others)
+            for name, key, ort_type, _, how, _ in ready.pairs:
+                value = self._buffer(key, ort_type, how, state, batch)
+                room = rooms.get(key)
+                if room is None or room[0] is not value or needed > room[1]:
+                    self._check_room(key, value, needed)
+                buffers[name] = value
+                binding.input(name, value)
+            self._bind_others(ready, caller, state, values, batch, seq, past_len, generated)
+            # in graph order: onnxruntime returns the outputs in the order of their first
+            # binding, which this one may be
+            if not buffers:
+                binding.outputs_on(ready.fresh)  # every output (ready.fresh is in that order)
+            for name, past, device in ready.outputs if buffers else ():
                 if past is None:
                     binding.output_on(name, device)
                 elif bound_out.get(name) is not buffers[past]:
@@ -442,21 +405,69 @@ class Steps:
         self.state_kept = kept
         return values
 
+    def _bind_others(
+        self,
+        ready: _Prepared,
+        caller: Mapping[str, Any],
+        state: Mapping[str, Any] | None,
+        values: Mapping[str, Any],
+        batch: int,
+        seq: int,
+        past_len: int,
+        generated: Mapping[str, np.ndarray] | None,
+    ) -> None:
+        """Bind a part's inputs that are not shared buffers: its state (the concat path's
+        past, a new OrtValue at every step) in one loop, then the rest by kind; what is
+        bound already (the ids written in place, the one-token position) is skipped."""
+        binding = ready.binding
+        if ready.states:
+            binding.inputs_from(state, ready.states)  # type: ignore[arg-type]
+        bound_in, arrays = binding.bound_inputs, self._arrays
+        needed = past_len + seq
+        for name, key, ort_type, rank, how, code in ready.others:
+            if code == _CALLER:  # the token loop's ids, written in place
+                array = caller[how[1]]
+                known = arrays.get(key)
+                if known is not None and known[0] is array:
+                    value = known[1]
+                else:
+                    value = self._value(key, array, ort_type)
+            elif code == _MASK and generated is None:  # a view of the ones, by address
+                if self._ones.size < batch * needed:
+                    self._grow_ones(batch, needed)
+                mask = self._ones[: batch * needed].reshape(batch, needed)
+                binding.input_host(name, mask, self._ones_at)
+                continue
+            elif code == _POSITION and generated is None and batch == 1 and seq == 1:
+                self._position[0, 0] = past_len
+                known = arrays.get(key)
+                if known is not None and known[0] is self._position:
+                    value = known[1]
+                else:
+                    value = self._value(key, self._position, ort_type)
+            else:
+                value = self._feed(
+                    key, ort_type, rank, how, caller, state, values, batch, seq, past_len,
+                    generated,
+                )  # fmt: skip
+            if bound_in.get(name) is not value:
+                binding.input(name, value)
+
     def _layout(self, caller: Mapping[str, Any], state: Mapping[str, Any] | None) -> list[_Layout]:
-        """:meth:`Executor.layout`, the last one reused when this step passes the very state
-        mapping of the last step, with the same keys, and the same caller input names."""
+        """:meth:`Executor.layout`, the last one reused when this step has the last step's
+        caller input names and state keys (a concat build's state is a new mapping at
+        every step: its keys, not its identity, decide)."""
         last = self._last_layout
         if (
             last is not None
             and state is not None
-            and last[1] is state
             and caller.keys() == last[0]
-            and state.keys() == last[2]
+            and state.keys() == last[1]
         ):
-            return last[3]
+            return last[2]
         layout = self.executor.layout(caller, state)
         if state is not None:
-            self._last_layout = (frozenset(caller), state, frozenset(state), layout)
+            self._last_layout = (frozenset(caller), frozenset(state), layout)
         return layout
 
     def _prepare(self, part: _Layout) -> _Prepared:
@@ -507,7 +518,14 @@ class Steps:
             keys=keys,
             skip=skip,
             pairs=shared,
-            others=tuple((*spec[:5], self._code(spec)) for spec in inputs if not spec[5]),
+            states=tuple(
+                (spec[0], spec[4][1]) for spec in inputs if not spec[5] and spec[4][0] == "state"
+            ),
+            others=tuple(
+                (*spec[:5], self._code(spec))
+                for spec in inputs
+                if not spec[5] and spec[4][0] != "state"
+            ),
             held=held,
             fresh=tuple((name, device) for _, name, device in fresh),
             fresh_keys=tuple((i, keys[i][0]) for i, _, _ in fresh),
@@ -523,8 +541,6 @@ class Steps:
         mask and one-token positions have paths of their own on the host (int64, rank 2;
         anything else goes through :meth:`_feed`, which checks it)."""
         _, _, ort_type, rank, (kind, detail), _ = spec
-        if kind == "state":
-            return _STATE
         if kind == "caller":
             return _CALLER
         host_int64 = self.executor.device == "cpu" and ort_type == "tensor(int64)" and rank == 2
@@ -535,7 +551,11 @@ class Steps:
                 return _POSITION
         return _OTHER
 
-    def _grow_ones(self, size: int) -> None:
+    def _grow_ones(self, batch: int, total: int) -> None:
+        """Ones for a ``[batch, total]`` mask: the request's capacity at once, else (the
+        concat path has none) at least twice as many as before, so that a decode step
+        does not allocate them anew (it did at every step of a concat build)."""
+        size = max(batch * max(total, self.capacity or 0), 2 * self._ones.size)
         self._ones = np.ones(size, dtype=np.int64)
         self._ones_at = self._ones.ctypes.data
 
@@ -644,7 +664,7 @@ class Steps:
                     fix="rebuild the package",
                 )
             if self._ones.size < batch * total:
-                self._grow_ones(batch * max(total, self.capacity or 0))
+                self._grow_ones(batch, total)
             return self._ones[: batch * total].reshape(batch, total)
         if batch == 1 and seq == 1 and rank == 2:
             self._position[0, 0] = past_len
