@@ -325,3 +325,22 @@ def test_a_failed_step_leaves_no_stale_binding(tiny_gqa_package, monkeypatch):
     got = steps.step({"input_ids": ids}, state, past)
     want = ex.step({"input_ids": ids.copy()}, copies, past, capacity)
     np.testing.assert_array_equal(to_numpy(got[p.plan.logits]), to_numpy(want[p.plan.logits]))
+
+
+def test_logits_are_recycled_only_when_the_ids_fix_their_shape(tiny_gqa_package):
+    """``Batcher.recycle`` is decided from the logits' graph shape: the last position's
+    ([batch, 1, V]) or every position's when that axis is the ids' own sequence axis;
+    never a symbolic vocabulary, another axis, or a device other than the CPU."""
+    p = Pipeline.load(tiny_gqa_package, device="cpu", threads=2)
+    batcher, key = p.batcher, p.plan.logits
+    ids_axis = next(d for n, _, d in p.executor.io(key.split(".")[0])[0] if n == "input_ids")[1]
+    assert batcher._recyclable(["batch", 1, 512]) == {key}
+    assert batcher._recyclable(["batch", ids_axis, 512]) == {key}
+    assert batcher._recyclable(["batch", "total_sequence_len", 512]) == frozenset()
+    assert batcher._recyclable(["batch", 1, "vocab"]) == frozenset()
+    assert batcher._recyclable(None) == frozenset()
+    p.executor.device = "cuda"  # as a CUDA pipeline's executor reads
+    try:
+        assert batcher._recyclable(["batch", 1, 512]) == frozenset()
+    finally:
+        p.executor.device = "cpu"

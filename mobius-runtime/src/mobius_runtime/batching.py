@@ -129,7 +129,10 @@ class Batcher:
         :meth:`decode` returns is then overwritten by the cohort's next step."""
 
     def _recyclable(self, shape: Sequence[Any] | None) -> frozenset[str]:
-        """{the logits key} when its graph shape is [batch, 1 or the ids' sequence, ints...]."""
+        """{the logits key} when its graph shape is [batch, 1 or the ids' sequence, ints...],
+        on the CPU (the only device this was measured on: elsewhere the run allocates)."""
+        if self.executor.device != "cpu":
+            return frozenset()
         if not shape or len(shape) < 2 or not all(isinstance(d, int) for d in shape[2:]):
             return frozenset()
         if shape[1] != 1:  # every position's logits: their length must be the ids' own
