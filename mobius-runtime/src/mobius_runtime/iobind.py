@@ -143,7 +143,9 @@ class StepBinding:
 
     def run(self, skip: Collection[int] = ()) -> list[Any]:
         """Run the session; its outputs in graph order (None at the indices in ``skip``:
-        outputs bound to an OrtValue the caller holds already)."""
+        outputs bound to an OrtValue the caller holds already). onnxruntime returns them
+        in the order of their first binding, so a caller binds a new binding's outputs in
+        graph order (``Steps`` does); binding a name again keeps its place."""
         if not self._fast:
             self._session.run_with_iobinding(self._binding)
             return self._binding.get_outputs()
