@@ -424,9 +424,16 @@ class Steps:
             binding.inputs_from(state, ready.states)  # type: ignore[arg-type]
         bound_in, arrays = binding.bound_inputs, self._arrays
         needed = past_len + seq
+        one_token = generated is None and batch == 1 and seq == 1
         for name, key, ort_type, rank, how, code in ready.others:
-            if code == _CALLER:  # the token loop's ids, written in place
-                array = caller[how[1]]
+            if code == _CALLER or (code == _POSITION and one_token):
+                # the token loop's ids, or the one-token position: arrays written in place,
+                # so the OrtValue over them from the last step is the one bound already
+                if code == _CALLER:
+                    array = caller[how[1]]
+                else:
+                    self._position[0, 0] = past_len
+                    array = self._position
                 known = arrays.get(key)
                 if known is not None and known[0] is array:
                     value = known[1]
@@ -438,13 +445,6 @@ class Steps:
                 mask = self._ones[: batch * needed].reshape(batch, needed)
                 binding.input_host(name, mask, self._ones_at)
                 continue
-            elif code == _POSITION and generated is None and batch == 1 and seq == 1:
-                self._position[0, 0] = past_len
-                known = arrays.get(key)
-                if known is not None and known[0] is self._position:
-                    value = known[1]
-                else:
-                    value = self._value(key, self._position, ort_type)
             else:
                 value = self._feed(
                     key, ort_type, rank, how, caller, state, values, batch, seq, past_len,
