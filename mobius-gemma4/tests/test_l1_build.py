@@ -166,39 +166,11 @@ def _random_feeds(text, B, S):
     return ids, past
 
 
-CHAIN = ("ReduceMean", "Sqrt", "Reciprocal")
-FUSED = ("RMSNormalization", "SkipSimplifiedLayerNormalization")
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_cpu_f32_build_writes_every_text_norm_fused(case):
-    """``--target cpu`` float32: each RMSNorm of the text graph is one fused node (the
-    ``post_attention_layernorm`` sum and ``pre_feedforward_layernorm`` share one
-    SkipSimplifiedLayerNormalization), none of the chain is left; the default target and
-    float16 keep the chain. Numbers: :func:`test_gqa_graph_equals_attention_graph`."""
-    config, _, chain = _build(case, "f32", "default")
-    _, _, fused = _build(case, "f32", "cpu")
-    _, _, half = _build(case, "f16", "cpu")
-    name = "model" if "model" in chain else "decoder"
-    norms = _ops(chain[name]).count("ReduceMean")
-    ops = _ops(fused[name])
-    assert not set(CHAIN) & set(ops), ops
-    assert ops.count("SkipSimplifiedLayerNormalization") == config.text.num_hidden_layers
-    assert sum(ops.count(o) for o in FUSED) == norms
-    for graphs in (chain, half):
-        assert not set(FUSED) & set(_ops(graphs[name]))
-
-
 @pytest.mark.parametrize("case", ["text", "moe"])
 def test_gqa_graph_equals_attention_graph(case):
-    """cpu (GroupQueryAttention, fused norms) and default (Attention, the norm chain) graphs
-    agree on the same weights.
+    """cpu (GroupQueryAttention) and default (Attention) graphs agree on the same weights.
 
-    Prefill of 7 tokens (window 4) then 3 decode steps, batch 2; presents included. Bound:
-    2e-5 of each output's largest |value|. The fused norms divide by ``sqrt(mean + eps)``
-    where the chain multiplies by its reciprocal and sum ``x²`` in their own order (last-bit
-    differences, :mod:`mobius.components.norm`); through these six layers the largest
-    difference measured 4.2e-6 of the scale (text, present.3.key; moe 3.4e-6, logits).
+    Prefill of 7 tokens (window 4) then 3 decode steps, batch 2; presents included.
     """
     config, _, base = _build(case, "f32", "default")
     _, _, gqa = _build(case, "f32", "cpu")
@@ -229,8 +201,7 @@ def test_gqa_graph_equals_attention_graph(case):
     for a, b in zip(*runs):
         for name in a:
             assert a[name].shape == b[name].shape, name
-            scale = max(float(np.abs(a[name]).max()), 1.0)
-            assert np.abs(a[name] - b[name]).max() <= 2e-5 * scale, name
+            assert np.abs(a[name] - b[name]).max() <= 1e-5, name
 
 
 @pytest.mark.parametrize("target", ["default", "cpu"])

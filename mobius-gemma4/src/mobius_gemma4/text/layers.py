@@ -65,9 +65,7 @@ class Gemma4Attention(nn.Module):
     consumer the producer's present, which it returns as its key/value.
     """
 
-    def __init__(
-        self, cfg: Gemma4TextConfig, i: int, dtype: ir.DataType, path: str, fused: bool = False
-    ) -> None:
+    def __init__(self, cfg: Gemma4TextConfig, i: int, dtype: ir.DataType, path: str) -> None:
         super().__init__()
         H, nh = cfg.hidden_size, cfg.num_attention_heads
         self.hd, self.kvh, self.nh = cfg.head_dims[i], cfg.kv_heads[i], nh
@@ -76,13 +74,13 @@ class Gemma4Attention(nn.Module):
         self.k_eq_v = cfg.uses_k_eq_v(i)
         self.path = path
         self.q_proj = Linear(H, nh * self.hd, dtype=dtype)
-        self.q_norm = RMSNorm(self.hd, eps, dtype=dtype, fused=fused)
+        self.q_norm = RMSNorm(self.hd, eps, dtype=dtype)
         if not self.consumer:
             self.k_proj = Linear(H, self.kvh * self.hd, dtype=dtype)
             if not self.k_eq_v:
                 self.v_proj = Linear(H, self.kvh * self.hd, dtype=dtype)
-            self.k_norm = RMSNorm(self.hd, eps, dtype=dtype, fused=fused)
-            self.v_norm = RMSNorm(self.hd, eps, with_weight=False, dtype=dtype, fused=fused)
+            self.k_norm = RMSNorm(self.hd, eps, dtype=dtype)
+            self.v_norm = RMSNorm(self.hd, eps, with_weight=False, dtype=dtype)
         self.o_proj = Linear(nh * self.hd, H, dtype=dtype)
         if path == GQA:
             window = cfg.sliding_window if cfg.layer_types[i] != FULL else -1
@@ -125,11 +123,11 @@ class Gemma4Attention(nn.Module):
 class Gemma4Router(nn.Module):
     """``forward(op, r [T, H]) -> (weights [T, k] float32, indices [T, k] int64)``."""
 
-    def __init__(self, cfg: Gemma4TextConfig, dtype: ir.DataType, fused: bool = False) -> None:
+    def __init__(self, cfg: Gemma4TextConfig, dtype: ir.DataType) -> None:
         super().__init__()
         H, E = cfg.hidden_size, cfg.num_experts
         self.dtype, self.k, self.hidden = dtype, cfg.top_k_experts, H
-        self.norm = RMSNorm(H, cfg.rms_norm_eps, with_weight=False, dtype=dtype, fused=fused)
+        self.norm = RMSNorm(H, cfg.rms_norm_eps, with_weight=False, dtype=dtype)
         self.proj = Linear(H, E, dtype=dtype)
         self.scale = nn.Parameter([H], dtype=dtype)
         self.per_expert_scale = nn.Parameter([E], dtype=dtype)
@@ -146,7 +144,7 @@ class PerLayerEmbedder(nn.Module):
     names (the owning graph names it ``""``); ``forward(op, ids, inputs_embeds)`` → the
     packed ``[B, S, L·D_ple]`` per-layer input."""
 
-    def __init__(self, cfg: Gemma4TextConfig, dtype: ir.DataType, fused: bool = False) -> None:
+    def __init__(self, cfg: Gemma4TextConfig, dtype: ir.DataType) -> None:
         super().__init__("")
         self.L, self.D, self.H = (
             cfg.num_hidden_layers,
@@ -157,7 +155,7 @@ class PerLayerEmbedder(nn.Module):
             cfg.vocab_size_per_layer_input, self.L * self.D, embed_scale(self.D, dtype), dtype=dtype
         )
         self.per_layer_model_projection = Linear(self.H, self.L * self.D, dtype=dtype)
-        self.per_layer_projection_norm = RMSNorm(self.D, cfg.rms_norm_eps, dtype=dtype, fused=fused)
+        self.per_layer_projection_norm = RMSNorm(self.D, cfg.rms_norm_eps, dtype=dtype)
 
     def forward(self, op, ids, inputs_embeds):
         shape4 = op.Constant(value_ints=[0, 0, self.L, self.D])
@@ -172,19 +170,17 @@ class Gemma4DecoderLayer(nn.Module):
     """``forward(op, h, cos, sin, mask, past_key, past_value, ple=None) -> (h, key, value)``
     (``mask`` / ``past_*`` as :class:`Gemma4Attention`'s; ``ple`` the packed per-layer input)."""
 
-    def __init__(
-        self, cfg: Gemma4TextConfig, i: int, dtype: ir.DataType, path: str, fused: bool = False
-    ) -> None:
+    def __init__(self, cfg: Gemma4TextConfig, i: int, dtype: ir.DataType, path: str) -> None:
         super().__init__()
         H, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.i, self.cfg = i, cfg
-        self.self_attn = Gemma4Attention(cfg, i, dtype, path, fused)
+        self.self_attn = Gemma4Attention(cfg, i, dtype, path)
         # GeGLU, width doubled on KV consumers of double-wide models (docs/gemma4.md §3.5)
         self.mlp = GatedMLP(H, cfg.mlp_width(i), "gelu_tanh", dtype=dtype)
         norms = ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm"]
         norms.append("post_feedforward_layernorm")
         if cfg.enable_moe_block:
-            self.router = Gemma4Router(cfg, dtype, fused)
+            self.router = Gemma4Router(cfg, dtype)
             self.experts = RoutedExperts(
                 cfg.num_experts, H, cfg.moe_intermediate_size, "gelu_tanh", dtype=dtype
             )
@@ -196,7 +192,7 @@ class Gemma4DecoderLayer(nn.Module):
             self.per_layer_projection = Linear(D, H, dtype=dtype)
             norms.append("post_per_layer_input_norm")
         for name in norms:
-            setattr(self, name, RMSNorm(H, eps, dtype=dtype, fused=fused))
+            setattr(self, name, RMSNorm(H, eps, dtype=dtype))
         self.layer_scalar = nn.Parameter([1], dtype=dtype)
 
     def forward(self, op, h, cos, sin, mask, past_key, past_value, ple=None):
@@ -204,9 +200,9 @@ class Gemma4DecoderLayer(nn.Module):
         a, key, value = self.self_attn(
             op, self.input_layernorm(op, h), cos, sin, mask, past_key, past_value
         )
-        x, h = self.pre_feedforward_layernorm.residual(op, h, self.post_attention_layernorm(op, a))
+        h = op.Add(h, self.post_attention_layernorm(op, a))
         r = h
-        f = self.mlp(op, x)
+        f = self.mlp(op, self.pre_feedforward_layernorm(op, h))
         if cfg.enable_moe_block:
             f1 = self.post_feedforward_layernorm_1(op, f)
             flat = op.Reshape(r, op.Constant(value_ints=[-1, cfg.hidden_size]))

@@ -55,7 +55,6 @@ from mobius.components import (
     allowed_positions,
     block_ids,
     embed_scale,
-    fused_rmsnorm_available,
     gqa_lengths,
     ir_dtype,
     linear_transposed,
@@ -133,7 +132,7 @@ class Gemma4CausalLM(nn.Module):
         H = cfg.hidden_size
         self.embed_tokens = ScaledEmbedding(cfg.vocab_size, H, embed_scale(H, dtype), dtype=dtype)
         if cfg.has_ple:
-            self.ple = PerLayerEmbedder(cfg, dtype, fused_rmsnorm_available(target, dtype))
+            self.ple = PerLayerEmbedder(cfg, dtype)
         self.stack = Gemma4TextStack(cfg, dtype, target)
         if not cfg.tie_word_embeddings:
             self.lm_head = nn.Parameter([H, cfg.vocab_size], dtype=dtype, name="lm_head.weight")
@@ -255,14 +254,10 @@ class Gemma4TextStack(nn.Module):
         self.cfg, self.dtype = cfg, dtype
         self.overlay_full_layers = overlay_full_layers
         self.paths = attention_paths(cfg, target, dtype, overlay, overlay_full_layers)
-        fused = fused_rmsnorm_available(target, dtype)
         self.layers = nn.ModuleList(
-            [
-                Gemma4DecoderLayer(cfg, i, dtype, self.paths[i], fused)
-                for i in range(cfg.num_hidden_layers)
-            ]
+            [Gemma4DecoderLayer(cfg, i, dtype, self.paths[i]) for i in range(cfg.num_hidden_layers)]
         )
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, fused=fused)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype)
 
     def forward(self, op, h, ins, ple=None, blocks=None):
         cfg = self.cfg
