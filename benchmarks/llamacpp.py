@@ -26,9 +26,17 @@ llama-cpp-python is never a dependency of the repository nor installed in CI; bu
 a benchmark venv of its own (see benchmarks/README.md): the native build enables AMX and
 segfaults in llama_decode on some VMs.
 
+With ``--hf-python PY`` (the python of a venv with torch, transformers, gguf and
+accelerate) the reference runs too: HF transformers' own GGUF loader, the file dequantized
+to float32 (``benchmarks/hf_gguf_greedy.py``, in a subprocess), greedy from the same
+prompt ids. Printed: for how many tokens each side agrees with it and, where ours and
+llama.cpp part, which id the reference chose there and its own top-2 margin. Both runtimes
+round activations to 8 bits on their quantized matmuls; the reference does not.
+
 Usage: python benchmarks/llamacpp.py FILE.gguf [FILE.gguf ...] [--build-args "--quant int4"]
            [--threads 2] [--prompt-len 128] [--new 64] [--runs 5] [--out /tmp/mobius-llamacpp]
            [--package PKG]   (a prebuilt package for a single FILE: no build) [--spin auto|on|off]
+           [--hf-python PY]
 Targets (not asserted): decode ours / llama.cpp >= 1.0; prefill llama.cpp / ours >= 1.0.
 """
 
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata as md
+import json
 import os
 import shlex
 import statistics
@@ -180,6 +189,44 @@ def gguf_weight_bytes(gguf: Path) -> int:
     )
 
 
+def agreed(a: list[int], b: list[int]) -> int:
+    """How many leading ids ``a`` and ``b`` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def hf_reference(python: str, gguf: Path, ids: list[int], new: int, threads: int) -> dict:
+    """``hf_gguf_greedy.py`` in ``python``'s venv: ``{"ids", "margins", "versions"}``."""
+    script = Path(__file__).with_name("hf_gguf_greedy.py")
+    cmd = [python, str(script), str(gguf), "--ids", ",".join(map(str, ids)), "--new", str(new)]
+    cmd += ["--threads", str(threads)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        raise SystemExit(f"the HF reference ({' '.join(cmd[:3])}) failed:\n{tail}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def reference_lines(ref: dict, ours: list[int], theirs: list[int]) -> list[str]:
+    """What the HF reference says about the two sides' greedy ids."""
+    hf = ref["ids"]
+    v = ref["versions"]
+    lines = [
+        f"HF reference (transformers {v['transformers']}, torch {v['torch']}, the GGUF "
+        f"dequantized to float32): ours equal for the first {agreed(ours, hf)} of {len(hf)}, "
+        f"llama.cpp for the first {agreed(theirs, hf)}"
+    ]
+    part = agreed(ours, theirs)
+    # only where both sides still follow the reference up to the parting token
+    followed = min(agreed(ours, hf), agreed(theirs, hf)) >= part
+    if part < min(len(ours), len(theirs), len(hf)) and followed:
+        chose = {ours[part]: "ours", theirs[part]: "llama.cpp"}.get(hf[part], "neither")
+        lines.append(
+            f"at token {part}, where ours and llama.cpp part, the reference chose "
+            f"{hf[part]} ({chose}'s), its top-2 margin {ref['margins'][part]:.4f}"
+        )
+    return lines
+
+
 def margin(logits: np.ndarray) -> str:
     top = np.argsort(logits)[::-1][:2]
     return (
@@ -304,6 +351,11 @@ def bench(gguf: Path, package: Path, args) -> None:
             f"({margin(theirs.last_logits(prefix))})"
         )
     print(f"  ours      {a[:24]}\n  llama.cpp {b[:24]}")
+    if args.hf_python:
+        ref = hf_reference(args.hf_python, gguf, ids, args.new, args.threads)
+        for line in reference_lines(ref, a, b):
+            print(f"  {line}")
+        print(f"  reference {ref['ids'][:24]}")
 
 
 def main() -> None:
@@ -320,6 +372,11 @@ def main() -> None:
     ap.add_argument("--package", type=Path, help="a prebuilt package (one GGUF file only)")
     ap.add_argument(
         "--spin", default="auto", choices=["auto", "on", "off"], help="ours: Pipeline.load(spin=)"
+    )
+    ap.add_argument(
+        "--hf-python",
+        help="python of a venv with torch, transformers, gguf and accelerate: also run HF's "
+        "GGUF loader (float32) as the reference for the greedy ids",
     )
     args = ap.parse_args()
     if args.package and len(args.gguf) != 1:
